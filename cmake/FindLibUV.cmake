@@ -1,0 +1,16 @@
+# libuv1-dev ships a pkg-config file; fall back to a plain search.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PC_LIBUV QUIET libuv)
+endif()
+find_path(LIBUV_INCLUDE_DIR uv.h HINTS ${PC_LIBUV_INCLUDE_DIRS})
+find_library(LIBUV_LIBRARY NAMES uv HINTS ${PC_LIBUV_LIBRARY_DIRS})
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(LibUV REQUIRED_VARS LIBUV_INCLUDE_DIR LIBUV_LIBRARY)
+if(LibUV_FOUND AND NOT TARGET LibUV::uv)
+  add_library(LibUV::uv UNKNOWN IMPORTED)
+  set_target_properties(LibUV::uv PROPERTIES
+    IMPORTED_LOCATION "${LIBUV_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${LIBUV_INCLUDE_DIR}")
+endif()
+mark_as_advanced(LIBUV_INCLUDE_DIR LIBUV_LIBRARY)
