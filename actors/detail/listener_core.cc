@@ -1,0 +1,167 @@
+#include <actorpipe/actors/detail/listener_core.h>
+
+#include <deque>
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include <actorpipe/actors/atoms.h>
+#include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/detail/pipe_core.h>
+#include <actorpipe/runtime/pipe.h>
+
+namespace actorpipe::detail {
+namespace {
+
+// The listener actor's state: accept() calls and handshaken pipes, paired
+// in arrival order. Runs on CAF's scheduler; accept callbacks run there.
+struct AcceptQueue {
+  Error error;
+  std::deque<Listener::accept_callback_fn> accepts;
+  std::deque<std::shared_ptr<Pipe>> ready;
+
+  void match() {
+    while (!accepts.empty() && (error || !ready.empty())) {
+      auto fn = std::move(accepts.front());
+      accepts.pop_front();
+      if (error) {
+        fn(error, nullptr);
+        continue;
+      }
+      auto pipe = std::move(ready.front());
+      ready.pop_front();
+      fn(Error(), std::move(pipe));
+    }
+  }
+  void fail(Error e) {
+    if (error) return;
+    error = std::move(e);
+    for (auto& pipe : ready) pipe->close();
+    ready.clear();
+    match();
+  }
+};
+
+}  // namespace
+
+ListenerCore::ListenerCore(std::shared_ptr<ContextCore> context) : context_(std::move(context)) {}
+
+ListenerCore::~ListenerCore() {
+  for (auto& l : listeners_) l->close();
+  if (actor_) {
+    caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+  }
+}
+
+void ListenerCore::spawnActor() {
+  actor_ = context_->system().spawn([](caf::event_based_actor* self) -> caf::behavior {
+    auto queue = std::make_shared<AcceptQueue>();
+    // Accepts still waiting when the actor ends hear why.
+    self->attach_functor([queue](const caf::error&) {
+      queue->fail(ACTORPIPE_ERROR(ListenerClosedError));
+    });
+    return {
+        [queue](accept_atom, Listener::accept_callback_fn& fn) {
+          queue->accepts.push_back(std::move(fn));
+          queue->match();
+        },
+        [queue](ready_atom, std::shared_ptr<Pipe>& pipe) {
+          if (queue->error) {
+            pipe->close();
+            return;
+          }
+          queue->ready.push_back(std::move(pipe));
+          queue->match();
+        },
+        [queue](failed_atom, Error& error) { queue->fail(std::move(error)); },
+        [queue](close_atom, Error& error) { queue->fail(std::move(error)); },
+    };
+  });
+}
+
+std::shared_ptr<ListenerCore> ListenerCore::create(const std::shared_ptr<ContextCore>& context,
+                                                   const std::vector<std::string>& urls) {
+  auto core = std::make_shared<ListenerCore>(context);
+  core->spawnActor();
+  Error error = context->closedError();
+  if (urls.empty() && !error) {
+    error = ACTORPIPE_ERROR(LogicError, "listen() needs at least one URL");
+  }
+  for (const auto& url : urls) {
+    if (error) break;
+    std::string scheme, address;
+    if (!splitUrl(url, scheme, address)) {
+      error = ACTORPIPE_ERROR(LogicError, "bad URL '" + url + "': expected scheme://address");
+      break;
+    }
+    auto transport = context->transport(scheme);
+    if (!transport) {
+      error = ACTORPIPE_ERROR(UnknownTransportError, url);
+      break;
+    }
+    if (transport->down) {
+      error = transport->down;
+      break;
+    }
+    auto listener = transport->context->listen(address);
+    core->listeners_.push_back(listener);
+    core->addresses_[scheme] = listener->addr();
+    core->armAccept(listener, transport);  // a failed bind reports through here
+  }
+  if (error) {
+    caf::anon_send(core->actor_, failed_atom::value, error);
+  }
+  return core;
+}
+
+void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
+                             std::shared_ptr<const TransportEntry> transport) {
+  std::weak_ptr<ListenerCore> weak = shared_from_this();
+  auto context = context_;
+  caf::actor actor = actor_;
+  listener->accept([weak, listener, transport, context, actor](
+                       const Error& error, std::shared_ptr<transport::Connection> connection) {
+    if (error) {
+      caf::anon_send(actor, failed_atom::value, error);
+      return;
+    }
+    auto self = weak.lock();
+    if (!self) {
+      connection->close(ACTORPIPE_ERROR(ListenerClosedError));
+      return;
+    }
+    auto pipe = PipeCore::accept(context, transport, connection,
+                                 [actor](const Error& e, std::shared_ptr<PipeCore> core) {
+      // A failed handshake concerns that peer only; the listener goes on.
+      if (e || !core) return;
+      auto handle = std::make_shared<Pipe>(core, core->remoteName());
+      caf::anon_send(actor, ready_atom::value, std::move(handle));
+    });
+    context->track(pipe);
+    self->armAccept(listener, transport);
+  });
+}
+
+void ListenerCore::accept(Listener::accept_callback_fn fn) {
+  if (terminated_.load(std::memory_order_acquire)) {
+    fn(terminatedReason_, nullptr);
+    return;
+  }
+  caf::anon_send(actor_, accept_atom::value, std::move(fn));
+}
+
+void ListenerCore::close(Error reason) {
+  caf::anon_send(actor_, close_atom::value, std::move(reason));
+  for (auto& l : listeners_) l->close();
+}
+
+void ListenerCore::terminate(Error reason) {
+  terminatedReason_ = reason;
+  terminated_.store(true, std::memory_order_release);
+  close(reason);
+  caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+}
+
+} // namespace actorpipe::detail

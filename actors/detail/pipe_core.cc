@@ -1,0 +1,666 @@
+// The pipe's protocol. Two tables drive it.
+//
+// Handshake (one connection, no extra round trip after the welcome):
+//   connector                         acceptor
+//   kConnecting --HELLO-------------> kAccepting
+//                                     choose channel per device type
+//               <------------WELCOME  kEstablished  (or REJECT, then kClosed)
+//   kEstablished
+// Operations asked before kEstablished wait in order and go out right after.
+// The connector writes its hello before the TCP connect completes: the
+// transport queues it, and a connect error fails the hello's write, which
+// fails the pipe with a ConnectError naming the address.
+//
+// Reading, once established (see ReadState in pipe_core.h):
+//   kIdle --readDescriptor()--> kReadingHeader --8 bytes--> kReadingFrame
+//   --frame decoded, descriptor delivered--> kAwaitingAllocation
+//   --read(allocation) checked--> kReadingData --last byte--> kIdle
+// The data of message N precedes the header of message N+1 on the stream,
+// so a descriptor is only read once the previous message's data is consumed:
+// that is what keeps messages in write order and needs no buffering.
+#include <actorpipe/actors/detail/pipe_core.h>
+
+#include <algorithm>
+
+#include <caf/actor_companion.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+#include <caf/type_erased_tuple.hpp>
+
+#include <actorpipe/actors/atoms.h>
+#include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/detail/loop_actor.h>
+#include <actorpipe/actors/pipe_actor.h>
+#include <actorpipe/channels/context.h>
+#include <actorpipe/runtime/detail/loop.h>
+
+namespace actorpipe::detail {
+namespace {
+
+// Before the handshake a peer is a stranger: it gets a small frame budget.
+constexpr size_t kHandshakeFrameLimit = 64 * 1024;
+
+void bouncePipeMessage(caf::mailbox_element& element) {
+  Error error = ACTORPIPE_ERROR(ContextClosedError);
+  const caf::type_erased_tuple& msg = element.content();
+  if (msg.match_elements<write_atom, Message, Pipe::write_callback_fn>()) {
+    msg.get_as<Pipe::write_callback_fn>(2)(error);
+  } else if (msg.match_elements<read_descriptor_atom, Pipe::read_descriptor_callback_fn>()) {
+    msg.get_as<Pipe::read_descriptor_callback_fn>(1)(error, Descriptor());
+  } else if (msg.match_elements<read_atom, Allocation, Pipe::read_callback_fn>()) {
+    msg.get_as<Pipe::read_callback_fn>(2)(error);
+  } else {
+    bounceRequest(element, to_caf_error(error));
+  }
+}
+
+}  // namespace
+
+PipeCore::PipeCore(std::shared_ptr<ContextCore> context, Loop* loop)
+    : context_(std::move(context)), loop_(loop) {}
+
+PipeCore::~PipeCore() {
+  if (connection_) {
+    connection_->close(ACTORPIPE_ERROR(PipeClosedError));
+  }
+  if (actor_) {
+    caf::anon_send_exit(actor_, caf::exit_reason::normal);
+  }
+}
+
+std::shared_ptr<PipeCore> PipeCore::failed(const std::shared_ptr<ContextCore>& context,
+                                           Error error) {
+  auto core = std::make_shared<PipeCore>(context, nullptr);
+  core->error_ = std::move(error);
+  core->state_ = State::kClosed;
+  return core;
+}
+
+std::shared_ptr<PipeCore> PipeCore::connect(const std::shared_ptr<ContextCore>& context,
+                                            std::shared_ptr<const TransportEntry> transport,
+                                            const std::string& url,
+                                            const std::string& address) {
+  auto core = std::make_shared<PipeCore>(context, &transport->context->loop());
+  core->transport_ = std::move(transport);
+  core->url_ = url;
+  core->state_ = State::kConnecting;
+  core->spawnActor();
+  auto connection = core->transport_->context->connect(address);
+  if (!core->loop_->post([core, connection] {
+        core->connection_ = connection;
+        core->startConnector(core->url_);
+      })) {
+    core->state_ = State::kClosed;
+    core->error_ = ACTORPIPE_ERROR(ContextClosedError);
+    connection->close(core->error_);
+  }
+  return core;
+}
+
+std::shared_ptr<PipeCore> PipeCore::accept(const std::shared_ptr<ContextCore>& context,
+                                           std::shared_ptr<const TransportEntry> transport,
+                                           std::shared_ptr<transport::Connection> connection,
+                                           ready_fn ready) {
+  auto core = std::make_shared<PipeCore>(context, &transport->context->loop());
+  core->transport_ = std::move(transport);
+  core->connection_ = std::move(connection);
+  core->url_ = core->transport_->name + "://" + core->connection_->peerAddress();
+  core->state_ = State::kAccepting;
+  core->spawnActor();
+  core->startAcceptor(std::move(ready));  // we are on the loop: accept callbacks run there
+  return core;
+}
+
+// The actor's behavior: the user's operations, by callback or by request.
+void PipeCore::spawnActor() {
+  std::weak_ptr<PipeCore> weak = shared_from_this();
+  LoopActorHooks hooks;
+  hooks.bounce = &bouncePipeMessage;
+  hooks.init = [weak](caf::actor_companion* self) -> caf::behavior {
+    self->set_down_handler([weak](caf::down_msg& msg) {
+      if (auto core = weak.lock()) {
+        core->fail(ACTORPIPE_ERROR(BackendDownError, "a channel of pipe " + core->url_,
+                                   to_string(msg.reason)));
+      }
+    });
+    auto closed = [] { return ACTORPIPE_ERROR(PipeClosedError); };
+    auto reply = [](caf::response_promise rp) {
+      return [rp](const Error& error) mutable {
+        if (error) {
+          rp.deliver(to_caf_error(error));
+        } else {
+          rp.deliver(ok_atom::value);
+        }
+      };
+    };
+    return {
+        [weak, closed](write_atom, Message& message, Pipe::write_callback_fn& fn) {
+          if (auto core = weak.lock()) core->doWrite(std::move(message), std::move(fn));
+          else fn(closed());
+        },
+        [weak, closed](read_descriptor_atom, Pipe::read_descriptor_callback_fn& fn) {
+          if (auto core = weak.lock()) core->doReadDescriptor(std::move(fn));
+          else fn(closed(), Descriptor());
+        },
+        [weak, closed](read_atom, Allocation& allocation, Pipe::read_callback_fn& fn) {
+          if (auto core = weak.lock()) core->doRead(std::move(allocation), std::move(fn));
+          else fn(closed());
+        },
+        [weak](close_atom) {
+          if (auto core = weak.lock()) core->fail(ACTORPIPE_ERROR(PipeClosedError));
+        },
+        [weak](close_atom, Error& reason) {
+          if (auto core = weak.lock()) core->fail(reason);
+        },
+        [self](watch_atom, caf::actor& backend) { self->monitor(backend); },
+        // The typed interface (pipe_actor): same operations, answered by reply.
+        [weak, self, closed, reply](write_atom, Message& message) {
+          auto done = reply(self->make_response_promise());
+          if (auto core = weak.lock()) core->doWrite(std::move(message), std::move(done));
+          else done(closed());
+        },
+        [weak, self, closed](read_descriptor_atom) {
+          auto rp = self->make_response_promise();
+          auto done = [rp](const Error& error, Descriptor descriptor) mutable {
+            if (error) rp.deliver(to_caf_error(error));
+            else rp.deliver(std::move(descriptor));
+          };
+          if (auto core = weak.lock()) core->doReadDescriptor(std::move(done));
+          else done(closed(), Descriptor());
+        },
+        [weak, self, closed, reply](read_atom, Allocation& allocation) {
+          auto done = reply(self->make_response_promise());
+          if (auto core = weak.lock()) core->doRead(std::move(allocation), std::move(done));
+          else done(closed());
+        },
+    };
+  };
+  actor_ = spawnOnLoop(context_->system(), *loop_, std::move(hooks));
+}
+
+// --- operations arriving from any thread ----------------------------------
+
+void PipeCore::write(Message message, Pipe::write_callback_fn fn) {
+  if (!actor_) {
+    fn(error_);
+    return;
+  }
+  caf::anon_send(actor_, write_atom::value, std::move(message), std::move(fn));
+}
+
+void PipeCore::readDescriptor(Pipe::read_descriptor_callback_fn fn) {
+  if (!actor_) {
+    fn(error_, Descriptor());
+    return;
+  }
+  caf::anon_send(actor_, read_descriptor_atom::value, std::move(fn));
+}
+
+void PipeCore::read(Allocation allocation, Pipe::read_callback_fn fn) {
+  if (!actor_) {
+    fn(error_);
+    return;
+  }
+  caf::anon_send(actor_, read_atom::value, std::move(allocation), std::move(fn));
+}
+
+void PipeCore::close(Error reason) {
+  if (actor_) {
+    caf::anon_send(actor_, close_atom::value, std::move(reason));
+  }
+}
+
+// --- handshake --------------------------------------------------------------
+
+void PipeCore::readHandshakeFrame(wire::FrameType expected,
+                                  std::function<void(const uint8_t*, size_t)> then) {
+  auto self = shared_from_this();
+  connection_->read(header_, wire::kHeaderSize, [self, expected, then](const Error& e) {
+    if (e) return self->fail(e);
+    if (self->error_) return;
+    Limits limits = self->context_->limits();
+    limits.maxFrameSize = std::min(limits.maxFrameSize, kHandshakeFrameLimit);
+    wire::FrameHeader header;
+    if (auto error = wire::decodeHeader(self->header_, limits, header)) return self->fail(error);
+    bool rejected = header.type == wire::FrameType::kReject && expected == wire::FrameType::kWelcome;
+    if (header.type != expected && !rejected) {
+      return self->fail(ACTORPIPE_ERROR(
+          ProtocolError, "expected handshake frame type " + std::to_string(int(expected)) +
+                             ", got " + std::to_string(int(header.type))));
+    }
+    self->frameBody_.resize(header.length);
+    self->connection_->read(self->frameBody_.data(), header.length,
+                            [self, then, rejected](const Error& e) {
+      if (e) return self->fail(e);
+      if (self->error_) return;
+      if (rejected) {
+        wire::Reject reject;
+        auto error = wire::decode(self->frameBody_.data(), self->frameBody_.size(),
+                                  self->context_->limits(), reject);
+        return self->fail(error ? error
+                                : ACTORPIPE_ERROR(NegotiationError,
+                                                  "the peer refused the pipe: " + reject.reason));
+      }
+      then(self->frameBody_.data(), self->frameBody_.size());
+    });
+  });
+}
+
+void PipeCore::startConnector(const std::string& url) {
+  if (error_) {
+    connection_->close(error_);
+    return;
+  }
+  auto hello = wire::encode(context_->hello());
+  auto frame = std::make_shared<std::string>(wire::encodeHeader(wire::FrameType::kHello, hello.size()) + hello);
+  auto self = shared_from_this();
+  connection_->write(frame->data(), frame->size(), [self, frame](const Error& e) {
+    if (e) self->fail(e);
+  });
+  readHandshakeFrame(wire::FrameType::kWelcome,
+                     [self](const uint8_t* body, size_t length) { self->onWelcome(body, length); });
+}
+
+void PipeCore::onWelcome(const uint8_t* body, size_t length) {
+  wire::Welcome welcome;
+  if (auto error = wire::decode(body, length, context_->limits(), welcome)) return fail(error);
+  if (welcome.transport != transport_->name) {
+    return fail(ACTORPIPE_ERROR(NegotiationError, "the peer chose transport '" + welcome.transport +
+                                                      "' on a '" + transport_->name + "' connection"));
+  }
+  for (const auto& choice : welcome.channels) {
+    auto entry = context_->channel(choice.second);
+    if (!entry || entry->down) {
+      return fail(ACTORPIPE_ERROR(NegotiationError,
+                                  "the peer chose channel '" + choice.second + "', which we lack"));
+    }
+    channels_[choice.first] = choice.second;
+    caf::anon_send(actor_, watch_atom::value, entry->actor);
+  }
+  establish();
+}
+
+void PipeCore::startAcceptor(ready_fn ready) {
+  ready_ = std::move(ready);
+  auto self = shared_from_this();
+  readHandshakeFrame(wire::FrameType::kHello,
+                     [self](const uint8_t* body, size_t length) { self->onHello(body, length); });
+}
+
+void PipeCore::onHello(const uint8_t* body, size_t length) {
+  wire::Hello hello;
+  if (auto error = wire::decode(body, length, context_->limits(), hello)) return fail(error);
+  remoteName_ = hello.contextName;
+  wire::Hello ours = context_->hello();
+
+  // Channels: per device type, among those both sides have with the same
+  // domain, the highest sum of both priorities wins, ties by name. The sum
+  // makes the choice independent of which side is asked, and only this side
+  // decides anyway: peers with different priorities always agree.
+  std::map<std::string, std::string> chosen;
+  std::map<std::string, int64_t> bestScore;
+  for (const auto& mine : ours.channels) {
+    for (const auto& theirs : hello.channels) {
+      if (mine.name != theirs.name || mine.domainDescriptor != theirs.domainDescriptor) continue;
+      for (const auto& device : mine.deviceTypes) {
+        if (std::find(theirs.deviceTypes.begin(), theirs.deviceTypes.end(), device) ==
+            theirs.deviceTypes.end()) continue;
+        int64_t score = mine.priority + theirs.priority;
+        auto it = bestScore.find(device);
+        if (it == bestScore.end() || score > it->second ||
+            (score == it->second && mine.name < chosen[device])) {
+          bestScore[device] = score;
+          chosen[device] = mine.name;
+        }
+      }
+    }
+  }
+  std::string reason;
+  auto names = [](const std::vector<wire::Offer>& offers) {
+    std::string s;
+    for (const auto& o : offers) s += (s.empty() ? "" : ", ") + o.name;
+    return "[" + s + "]";
+  };
+  bool transportOffered = std::any_of(hello.transports.begin(), hello.transports.end(),
+                                      [&](const wire::Offer& o) {
+                                        return o.name == transport_->name &&
+                                               o.domainDescriptor == transport_->context->domainDescriptor();
+                                      });
+  if (!transportOffered) {
+    reason = "no common transport: the peer connected over '" + transport_->name +
+             "' but offers " + names(hello.transports);
+  } else if (chosen.empty()) {
+    reason = "no common channel: we offer " + names(ours.channels) + ", the peer offers " +
+             names(hello.channels);
+  }
+  auto self = shared_from_this();
+  if (!reason.empty()) {
+    auto rejectBody = wire::encode(wire::Reject{reason});
+    auto frame = std::make_shared<std::string>(
+        wire::encodeHeader(wire::FrameType::kReject, rejectBody.size()) + rejectBody);
+    // Fail only once the reject is on the wire: closing first would cancel it.
+    state_ = State::kClosed;
+    connection_->write(frame->data(), frame->size(), [self, frame, reason](const Error&) {
+      self->fail(ACTORPIPE_ERROR(NegotiationError, reason));
+    });
+    return;
+  }
+  wire::Welcome welcome;
+  welcome.contextName = context_->options().name();
+  welcome.transport = transport_->name;
+  for (const auto& c : chosen) {
+    welcome.channels.emplace_back(c.first, c.second);
+    channels_[c.first] = c.second;
+    if (auto entry = context_->channel(c.second)) {
+      caf::anon_send(actor_, watch_atom::value, entry->actor);
+    }
+  }
+  auto welcomeBody = wire::encode(welcome);
+  auto frame = std::make_shared<std::string>(
+      wire::encodeHeader(wire::FrameType::kWelcome, welcomeBody.size()) + welcomeBody);
+  connection_->write(frame->data(), frame->size(), [self, frame](const Error& e) {
+    if (e) self->fail(e);
+  });
+  establish();
+  if (ready_) {
+    auto ready = std::move(ready_);
+    ready_ = nullptr;
+    ready(Error(), self);
+  }
+}
+
+void PipeCore::establish() {
+  state_ = State::kEstablished;
+  for (auto& op : writes_) {
+    if (!op->sent && !op->done) sendWrite(op);
+  }
+  advanceReads();
+}
+
+// --- writing ------------------------------------------------------------------
+
+void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
+  auto op = std::make_shared<WriteOp>();
+  op->message = std::move(message);
+  op->fn = std::move(fn);
+  writes_.push_back(op);
+  if (error_) {
+    op->done = true;
+    op->error = error_;
+    flushWrites();
+  } else if (state_ == State::kEstablished) {
+    sendWrite(op);
+  }
+}
+
+Error PipeCore::buildFrame(WriteOp& op, std::vector<transport::Slice>& slices) {
+  const Message& m = op.message;
+  const Limits& limits = context_->limits();
+  wire::MessageFrame frame;
+  frame.descriptor.metadata = m.metadata;
+  size_t total = 0;
+  for (size_t i = 0; i < m.payloads.size(); ++i) {
+    const auto& p = m.payloads[i];
+    if (p.length > 0 && p.data == nullptr) {
+      return ACTORPIPE_ERROR(LogicError, "payload " + std::to_string(i) + " has a length but no data");
+    }
+    if (p.length > limits.maxPayloadSize) {
+      return ACTORPIPE_ERROR(LimitExceededError, "payload", p.length, limits.maxPayloadSize);
+    }
+    total += p.length;
+    frame.descriptor.payloads.push_back({p.length, p.metadata});
+  }
+  std::vector<const void*> tensorData;
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const auto& t = m.tensors[i];
+    Device device = t.buffer.device();
+    auto it = channels_.find(device.type);
+    if (it == channels_.end()) {
+      std::string have;
+      for (const auto& c : channels_) have += (have.empty() ? "" : ", ") + c.first + "->" + c.second;
+      return ACTORPIPE_ERROR(NegotiationError, "tensor " + std::to_string(i) + " is on " +
+                                                   device.toString() + " but this pipe negotiated channels only for [" +
+                                                   have + "]");
+    }
+    if (t.length > limits.maxTensorSize) {
+      return ACTORPIPE_ERROR(LimitExceededError, "tensor", t.length, limits.maxTensorSize);
+    }
+    const void* ptr = nullptr;
+    if (device.type == kCpuDeviceType && !t.buffer.empty()) {
+      ptr = t.buffer.unwrap<CpuBuffer>().ptr;
+    }
+    if (t.length > 0 && ptr == nullptr) {
+      return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " has a length but no memory");
+    }
+    total += t.length;
+    tensorData.push_back(ptr);
+    frame.descriptor.tensors.push_back({t.length, device, t.targetDevice, t.metadata});
+    frame.routes.push_back({it->second, true, std::string()});
+  }
+  if (total > limits.maxMessageSize) {
+    return ACTORPIPE_ERROR(LimitExceededError, "message", total, limits.maxMessageSize);
+  }
+  std::string body = wire::encode(frame);
+  if (body.size() > limits.maxFrameSize) {
+    return ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body.size(), limits.maxFrameSize);
+  }
+  op.frame = wire::encodeHeader(wire::FrameType::kMessage, body.size());
+  op.frame += body;
+  slices.push_back({op.frame.data(), op.frame.size()});
+  for (const auto& p : m.payloads) slices.push_back({p.data, p.length});
+  for (size_t i = 0; i < m.tensors.size(); ++i) slices.push_back({tensorData[i], m.tensors[i].length});
+  return Error();
+}
+
+void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
+  op->sent = true;
+  std::vector<transport::Slice> slices;
+  if (auto error = buildFrame(*op, slices)) {
+    // Nothing reached the wire: this write fails, the pipe carries on.
+    op->done = true;
+    op->error = error;
+    flushWrites();
+    return;
+  }
+  auto self = shared_from_this();
+  connection_->write(std::move(slices), [self, op](const Error& e) {
+    if (op->done) return;  // the pipe failed first and reported it
+    if (e) return self->fail(e);
+    op->done = true;
+    self->flushWrites();
+  });
+}
+
+// Callbacks fire in call order even when a later write fails early.
+void PipeCore::flushWrites() {
+  while (!writes_.empty() && writes_.front()->done) {
+    auto op = std::move(writes_.front());
+    writes_.pop_front();
+    op->fn(op->error);
+  }
+}
+
+// --- reading ------------------------------------------------------------------
+
+void PipeCore::doReadDescriptor(Pipe::read_descriptor_callback_fn fn) {
+  if (error_) {
+    fn(error_, Descriptor());
+    return;
+  }
+  descriptorReads_.push_back(std::move(fn));
+  advanceReads();
+}
+
+void PipeCore::advanceReads() {
+  if (state_ != State::kEstablished || readState_ != ReadState::kIdle || descriptorReads_.empty()) {
+    return;
+  }
+  readState_ = ReadState::kReadingHeader;
+  auto self = shared_from_this();
+  connection_->read(header_, wire::kHeaderSize, [self](const Error& e) {
+    if (e) return self->fail(e);
+    if (!self->error_) self->onHeader();
+  });
+}
+
+void PipeCore::onHeader() {
+  wire::FrameHeader header;
+  if (auto error = wire::decodeHeader(header_, context_->limits(), header)) return fail(error);
+  if (header.type != wire::FrameType::kMessage) {
+    return fail(ACTORPIPE_ERROR(ProtocolError, "unexpected frame type " +
+                                                   std::to_string(int(header.type)) +
+                                                   " after the handshake"));
+  }
+  readState_ = ReadState::kReadingFrame;
+  frameBody_.resize(header.length);
+  auto self = shared_from_this();
+  connection_->read(frameBody_.data(), header.length, [self](const Error& e) {
+    if (e) return self->fail(e);
+    if (!self->error_) self->onFrame();
+  });
+}
+
+void PipeCore::onFrame() {
+  frame_ = wire::MessageFrame();
+  if (auto error = wire::decode(frameBody_.data(), frameBody_.size(), context_->limits(), frame_)) {
+    return fail(error);
+  }
+  for (size_t i = 0; i < frame_.routes.size(); ++i) {
+    const auto& route = frame_.routes[i];
+    auto it = channels_.find(frame_.descriptor.tensors[i].sourceDevice.type);
+    if (it == channels_.end() || it->second != route.channel || !route.inlineData) {
+      return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) +
+                                                     " arrives on channel '" + route.channel +
+                                                     "', which this pipe did not negotiate"));
+    }
+  }
+  readState_ = ReadState::kAwaitingAllocation;
+  auto fn = std::move(descriptorReads_.front());
+  descriptorReads_.pop_front();
+  fn(Error(), frame_.descriptor);
+}
+
+Error PipeCore::checkAllocation(const Allocation& allocation) const {
+  const Descriptor& d = frame_.descriptor;
+  if (allocation.payloads.size() != d.payloads.size() || allocation.tensors.size() != d.tensors.size()) {
+    return ACTORPIPE_ERROR(LogicError, "the allocation has " + std::to_string(allocation.payloads.size()) +
+                                           " payloads and " + std::to_string(allocation.tensors.size()) +
+                                           " tensors, the descriptor " + std::to_string(d.payloads.size()) +
+                                           " and " + std::to_string(d.tensors.size()));
+  }
+  for (size_t i = 0; i < d.payloads.size(); ++i) {
+    if (d.payloads[i].length > 0 && allocation.payloads[i].data == nullptr) {
+      return ACTORPIPE_ERROR(LogicError, "payload " + std::to_string(i) + " of the allocation has no memory");
+    }
+  }
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    if (d.tensors[i].length == 0) continue;
+    const Buffer& b = allocation.tensors[i].buffer;
+    if (b.empty() || b.device().type != kCpuDeviceType || b.unwrap<CpuBuffer>().ptr == nullptr) {
+      return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) +
+                                             " of the allocation needs CPU memory (channel '" +
+                                             frame_.routes[i].channel + "'), got " +
+                                             (b.empty() ? std::string("none") : b.device().toString()));
+    }
+  }
+  return Error();
+}
+
+void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
+  auto op = std::make_shared<ReadOp>();
+  op->fn = std::move(fn);
+  reads_.push_back(op);
+  if (error_) {
+    op->error = error_;
+  } else if (readState_ != ReadState::kAwaitingAllocation) {
+    op->error = ACTORPIPE_ERROR(LogicError, "read() called with no descriptor waiting for its data");
+  } else {
+    op->error = checkAllocation(allocation);
+  }
+  if (op->error) {
+    op->done = true;
+    flushReads();
+    return;
+  }
+  readState_ = ReadState::kReadingData;
+  const Descriptor& d = frame_.descriptor;
+  std::vector<std::pair<void*, size_t>> regions;
+  for (size_t i = 0; i < d.payloads.size(); ++i) {
+    if (d.payloads[i].length > 0) regions.emplace_back(allocation.payloads[i].data, d.payloads[i].length);
+  }
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    if (d.tensors[i].length > 0) {
+      regions.emplace_back(allocation.tensors[i].buffer.unwrap<CpuBuffer>().ptr, d.tensors[i].length);
+    }
+  }
+  auto self = shared_from_this();
+  auto finish = [self, op] {
+    op->done = true;
+    self->readState_ = ReadState::kIdle;
+    self->flushReads();
+    self->advanceReads();
+  };
+  dataReadsLeft_ = regions.size();
+  if (regions.empty()) {
+    finish();
+    return;
+  }
+  for (const auto& region : regions) {
+    connection_->read(region.first, region.second, [self, op, finish](const Error& e) {
+      if (e) return self->fail(e);
+      if (op->done) return;
+      if (--self->dataReadsLeft_ == 0) finish();
+    });
+  }
+}
+
+void PipeCore::flushReads() {
+  while (!reads_.empty() && reads_.front()->done) {
+    auto op = std::move(reads_.front());
+    reads_.pop_front();
+    op->fn(op->error);
+  }
+}
+
+// --- failing ------------------------------------------------------------------
+
+// Every pending callback fires once with `error`, in call order per kind.
+void PipeCore::fail(Error error) {
+  if (error_) {
+    return;
+  }
+  error_ = std::move(error);
+  state_ = State::kClosed;
+  if (connection_) {
+    connection_->close(error_);
+  }
+  for (auto& op : writes_) {
+    if (!op->done) {
+      op->done = true;
+      op->error = error_;
+    }
+  }
+  flushWrites();
+  auto descriptorReads = std::move(descriptorReads_);
+  descriptorReads_.clear();
+  for (auto& fn : descriptorReads) {
+    fn(error_, Descriptor());
+  }
+  for (auto& op : reads_) {
+    if (!op->done) {
+      op->done = true;
+      op->error = error_;
+    }
+  }
+  flushReads();
+  if (ready_) {
+    auto ready = std::move(ready_);
+    ready_ = nullptr;
+    ready(error_, nullptr);
+  }
+}
+
+} // namespace actorpipe::detail

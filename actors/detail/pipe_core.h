@@ -1,0 +1,141 @@
+#pragma once
+// A pipe's state machine. It lives on its transport's loop thread and is
+// driven by two sources only: its actor's mailbox (the user's operations)
+// and its connection's callbacks (bytes arriving, writes finishing). Both
+// run on that one thread, so the state needs no locks.
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include <actorpipe/runtime/detail/wire.h>
+#include <actorpipe/runtime/error.h>
+#include <actorpipe/runtime/message.h>
+#include <actorpipe/runtime/pipe.h>
+#include <actorpipe/transports/context.h>
+
+namespace actorpipe::detail {
+
+class ContextCore;
+struct TransportEntry;
+class Loop;
+
+class PipeCore : public std::enable_shared_from_this<PipeCore> {
+ public:
+  using ready_fn = std::function<void(const Error&, std::shared_ptr<PipeCore>)>;
+
+  // The connecting side: connects, says hello, waits for the welcome.
+  static std::shared_ptr<PipeCore> connect(const std::shared_ptr<ContextCore>& context,
+                                           std::shared_ptr<const TransportEntry> transport,
+                                           const std::string& url, const std::string& address);
+  // A pipe that failed before it began (unknown scheme, closed context).
+  static std::shared_ptr<PipeCore> failed(const std::shared_ptr<ContextCore>& context,
+                                          Error error);
+  // The accepting side: waits for the hello, answers, then calls `ready`
+  // (on the loop) with the outcome of the handshake.
+  static std::shared_ptr<PipeCore> accept(const std::shared_ptr<ContextCore>& context,
+                                          std::shared_ptr<const TransportEntry> transport,
+                                          std::shared_ptr<transport::Connection> connection,
+                                          ready_fn ready);
+
+  PipeCore(std::shared_ptr<ContextCore> context, Loop* loop);
+  ~PipeCore();
+
+  const caf::actor& actor() const { return actor_; }
+  const std::string& remoteName() const { return remoteName_; }
+
+  // Any thread: through the actor's mailbox.
+  void write(Message message, Pipe::write_callback_fn fn);
+  void readDescriptor(Pipe::read_descriptor_callback_fn fn);
+  void read(Allocation allocation, Pipe::read_callback_fn fn);
+  void close(Error reason);
+
+  // Loop thread: the operations themselves.
+  void doWrite(Message message, Pipe::write_callback_fn fn);
+  void doReadDescriptor(Pipe::read_descriptor_callback_fn fn);
+  void doRead(Allocation allocation, Pipe::read_callback_fn fn);
+  void fail(Error error);
+
+ private:
+  enum class State {
+    kConnecting,   // connector: hello sent, waiting for welcome or reject
+    kAccepting,    // acceptor: waiting for hello
+    kEstablished,  // messages flow both ways
+    kClosed,       // error_ says why; every operation fails with it
+  };
+  // The reading half, once established. A message is read in two steps
+  // because the user allocates in between: the descriptor (header + frame)
+  // when readDescriptor() asks, the data when read() brings the allocation.
+  enum class ReadState {
+    kIdle,                 // no readDescriptor() waiting
+    kReadingHeader,        // 8 bytes
+    kReadingFrame,         // the descriptor frame's body
+    kAwaitingAllocation,   // descriptor delivered; the data waits on the wire
+    kReadingData,          // payloads then inline tensors, into the allocation
+  };
+
+  struct WriteOp {
+    Message message;
+    Pipe::write_callback_fn fn;
+    std::string frame;
+    bool sent{false};
+    bool done{false};
+    Error error;
+  };
+  struct ReadOp {
+    Pipe::read_callback_fn fn;
+    bool done{false};
+    Error error;
+  };
+
+  void spawnActor();
+  void startConnector(const std::string& address);
+  void startAcceptor(ready_fn ready);
+  void readHandshakeFrame(wire::FrameType expected,
+                          std::function<void(const uint8_t*, size_t)> then);
+  void onHello(const uint8_t* body, size_t length);
+  void onWelcome(const uint8_t* body, size_t length);
+  void establish();
+
+  void sendWrite(const std::shared_ptr<WriteOp>& op);
+  Error buildFrame(WriteOp& op, std::vector<transport::Slice>& slices);
+  void flushWrites();
+
+  void advanceReads();
+  void onHeader();
+  void onFrame();
+  Error checkAllocation(const Allocation& allocation) const;
+  void flushReads();
+
+  std::shared_ptr<ContextCore> context_;
+  Loop* loop_;
+  caf::actor actor_;
+  std::shared_ptr<const TransportEntry> transport_;
+  std::shared_ptr<transport::Connection> connection_;
+  std::string url_;
+  std::string remoteName_;
+
+  State state_{State::kClosed};
+  Error error_;
+  ready_fn ready_;
+  // device type -> channel chosen in the handshake
+  std::map<std::string, std::string> channels_;
+  std::vector<caf::actor> watchedChannels_;
+
+  std::deque<std::shared_ptr<WriteOp>> writes_;
+
+  ReadState readState_{ReadState::kIdle};
+  std::deque<Pipe::read_descriptor_callback_fn> descriptorReads_;
+  std::deque<std::shared_ptr<ReadOp>> reads_;
+  uint8_t header_[wire::kHeaderSize];
+  std::vector<uint8_t> frameBody_;
+  wire::MessageFrame frame_;
+  size_t dataReadsLeft_{0};
+};
+
+} // namespace actorpipe::detail

@@ -1,0 +1,143 @@
+#include <actorpipe/runtime/detail/loop.h>
+
+#include <uv.h>
+
+#include <cstdio>
+#include <exception>
+
+namespace actorpipe::detail {
+
+Loop::Loop(std::string name) : name_(std::move(name)) {
+  loop_ = new uv_loop_t;
+  uv_loop_init(loop_);
+  async_ = new uv_async_t;
+  uv_async_init(loop_, async_, &Loop::onAsync);
+  async_->data = this;
+  std::atomic<bool> started{false};
+  thread_ = std::thread([this, &started] {
+    threadId_ = std::this_thread::get_id();
+    started.store(true, std::memory_order_release);
+    run();
+  });
+  // inLoop() must answer correctly from the first post() on.
+  while (!started.load(std::memory_order_acquire)) {
+    std::this_thread::yield();
+  }
+}
+
+Loop::~Loop() {
+  stop();
+  uv_loop_close(loop_);
+  delete loop_;
+  delete async_;
+}
+
+bool Loop::post(Task task) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (stopping_.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    queue_.push_back(std::move(task));
+  }
+  // The loop sets `sleeping_` before its last look at the queue, so either it
+  // sees this task or we see it asleep and wake it (both sides are seq_cst).
+  if (!inLoop() && sleeping_.load()) {
+    uv_async_send(async_);
+  }
+  return true;
+}
+
+void Loop::onAsync(uv_async_s* handle) {
+  static_cast<Loop*>(handle->data)->noteActivity();
+}
+
+void Loop::drainQueue() {
+  std::deque<Task> batch;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    batch.swap(queue_);
+  }
+  if (batch.empty()) {
+    return;
+  }
+  noteActivity();
+  for (auto& task : batch) {
+    // A user callback that throws must not take the loop (and every pipe on
+    // it) down with it: report and carry on.
+    try {
+      task();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "actorpipe: exception escaped a task on loop '%s': %s\n",
+                   name_.c_str(), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "actorpipe: unknown exception escaped a task on loop '%s'\n",
+                   name_.c_str());
+    }
+  }
+}
+
+void Loop::run() {
+  for (;;) {
+    drainQueue();
+    bool empty;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      empty = queue_.empty();
+      if (empty && stopping_.load(std::memory_order_relaxed)) {
+        break;
+      }
+    }
+    if (!empty) {
+      uv_run(loop_, UV_RUN_NOWAIT);
+      continue;
+    }
+    auto window = std::chrono::microseconds(pollWindow_.load(std::memory_order_relaxed));
+    if (window.count() > 0 && std::chrono::steady_clock::now() - lastActivity_ < window) {
+      uv_run(loop_, UV_RUN_NOWAIT);
+      continue;
+    }
+    sleeping_.store(true);
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      empty = queue_.empty();
+    }
+    if (empty) {
+      uv_run(loop_, UV_RUN_ONCE);
+    }
+    sleeping_.store(false);
+  }
+  // Teardown has closed the users' handles; close ours and anything left, and
+  // let libuv deliver the close callbacks.
+  uv_close(reinterpret_cast<uv_handle_t*>(async_), nullptr);
+  uv_walk(
+      loop_,
+      [](uv_handle_t* handle, void*) {
+        if (!uv_is_closing(handle)) {
+          uv_close(handle, nullptr);
+        }
+      },
+      nullptr);
+  uv_run(loop_, UV_RUN_DEFAULT);
+}
+
+void Loop::stop(Task teardown) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!stopping_.load(std::memory_order_relaxed)) {
+      if (teardown) {
+        queue_.push_back(std::move(teardown));
+      }
+      stopping_.store(true, std::memory_order_release);
+    }
+  }
+  if (inLoop()) {
+    return;  // the owner joins later, from another thread
+  }
+  uv_async_send(async_);
+  if (!joined_.exchange(true)) {
+    thread_.join();
+  }
+}
+
+} // namespace actorpipe::detail

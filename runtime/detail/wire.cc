@@ -1,0 +1,301 @@
+#include <actorpipe/runtime/detail/wire.h>
+
+#include <cstring>
+
+namespace actorpipe::wire {
+namespace {
+
+constexpr uint8_t kMagic0 = 'A';
+constexpr uint8_t kMagic1 = 'P';
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void device(const Device& d) {
+    str(d.type);
+    u32(static_cast<uint32_t>(d.index));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+// Reads bounded fields; the first failure sticks and every later read
+// returns a zero value, so decoders check `error()` once at the end.
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t n) : p_(p), end_(p + n) {}
+
+  uint8_t u8() {
+    if (!need(1, "u8")) return 0;
+    return *p_++;
+  }
+  uint32_t u32() {
+    if (!need(4, "u32")) return 0;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t(p_[i]) << (8 * i);
+    p_ += 4;
+    return v;
+  }
+  uint64_t u64() {
+    if (!need(8, "u64")) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t(p_[i]) << (8 * i);
+    p_ += 8;
+    return v;
+  }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  std::string str(const char* what) {
+    uint32_t n = u32();
+    if (!need(n, what)) return {};
+    std::string s(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
+    return s;
+  }
+  Device device() {
+    Device d;
+    d.type = str("device type");
+    d.index = static_cast<int>(u32());
+    return d;
+  }
+  // A count of entries each at least `minEntry` bytes long: refuses counts
+  // the remaining bytes could not hold, so no reserve() can be abused.
+  uint32_t count(size_t minEntry, size_t limit, const char* what) {
+    uint32_t n = u32();
+    if (failed_) return 0;
+    if (n > limit || size_t(n) * minEntry > size_t(end_ - p_)) {
+      fail(std::string("implausible ") + what + " count " + std::to_string(n));
+      return 0;
+    }
+    return n;
+  }
+  void fail(std::string reason) {
+    if (!failed_) {
+      failed_ = true;
+      reason_ = std::move(reason);
+    }
+  }
+  Error finish(const char* frame) {
+    if (!failed_ && p_ != end_) {
+      fail(std::to_string(end_ - p_) + " trailing bytes");
+    }
+    if (failed_) {
+      return ACTORPIPE_ERROR(ProtocolError, std::string("bad ") + frame + " frame: " + reason_);
+    }
+    return Error();
+  }
+  bool failed() const { return failed_; }
+
+ private:
+  bool need(size_t n, const char* what) {
+    if (failed_) return false;
+    if (size_t(end_ - p_) < n) {
+      fail(std::string("truncated ") + what);
+      return false;
+    }
+    return true;
+  }
+
+  const uint8_t* p_;
+  const uint8_t* end_;
+  bool failed_{false};
+  std::string reason_;
+};
+
+void writeOffers(Writer& w, const std::vector<Offer>& offers, bool withDevices) {
+  w.u32(static_cast<uint32_t>(offers.size()));
+  for (const auto& o : offers) {
+    w.str(o.name);
+    w.i64(o.priority);
+    w.str(o.domainDescriptor);
+    if (withDevices) {
+      w.u32(static_cast<uint32_t>(o.deviceTypes.size()));
+      for (const auto& d : o.deviceTypes) w.str(d);
+    }
+  }
+}
+
+void readOffers(Reader& r, const Limits& limits, std::vector<Offer>& offers, bool withDevices) {
+  uint32_t n = r.count(16, 1024, "offer");
+  offers.resize(n);
+  for (auto& o : offers) {
+    o.name = r.str("offer name");
+    o.priority = r.i64();
+    o.domainDescriptor = r.str("domain descriptor");
+    if (withDevices) {
+      uint32_t m = r.count(4, 64, "device type");
+      o.deviceTypes.resize(m);
+      for (auto& d : o.deviceTypes) d = r.str("device type");
+    }
+  }
+}
+
+}  // namespace
+
+std::string encodeHeader(FrameType type, size_t bodyLength) {
+  std::string h(kHeaderSize, '\0');
+  h[0] = static_cast<char>(kMagic0);
+  h[1] = static_cast<char>(kMagic1);
+  h[2] = static_cast<char>(kVersion);
+  h[3] = static_cast<char>(type);
+  for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<char>(uint32_t(bodyLength) >> (8 * i));
+  return h;
+}
+
+Error decodeHeader(const uint8_t* b, const Limits& limits, FrameHeader& out) {
+  if (b[0] != kMagic0 || b[1] != kMagic1) {
+    return ACTORPIPE_ERROR(ProtocolError, "bad magic: not an actorpipe peer");
+  }
+  if (b[2] != kVersion) {
+    return ACTORPIPE_ERROR(ProtocolError, "unsupported wire version " + std::to_string(b[2]) +
+                                              " (we speak " + std::to_string(kVersion) + ")");
+  }
+  if (b[3] < uint8_t(FrameType::kHello) || b[3] > uint8_t(FrameType::kMessage)) {
+    return ACTORPIPE_ERROR(ProtocolError, "unknown frame type " + std::to_string(b[3]));
+  }
+  uint32_t length = 0;
+  for (int i = 0; i < 4; ++i) length |= uint32_t(b[4 + i]) << (8 * i);
+  if (length > limits.maxFrameSize) {
+    return ACTORPIPE_ERROR(LimitExceededError, "frame", length, limits.maxFrameSize);
+  }
+  out.type = static_cast<FrameType>(b[3]);
+  out.length = length;
+  return Error();
+}
+
+std::string encode(const Hello& hello) {
+  Writer w;
+  w.str(hello.contextName);
+  writeOffers(w, hello.transports, false);
+  writeOffers(w, hello.channels, true);
+  return w.take();
+}
+
+std::string encode(const Welcome& welcome) {
+  Writer w;
+  w.str(welcome.contextName);
+  w.str(welcome.transport);
+  w.u32(static_cast<uint32_t>(welcome.channels.size()));
+  for (const auto& c : welcome.channels) {
+    w.str(c.first);
+    w.str(c.second);
+  }
+  return w.take();
+}
+
+std::string encode(const Reject& reject) {
+  Writer w;
+  w.str(reject.reason);
+  return w.take();
+}
+
+std::string encode(const MessageFrame& frame) {
+  Writer w;
+  const Descriptor& d = frame.descriptor;
+  w.str(d.metadata);
+  w.u32(static_cast<uint32_t>(d.payloads.size()));
+  for (const auto& p : d.payloads) {
+    w.u64(p.length);
+    w.str(p.metadata);
+  }
+  w.u32(static_cast<uint32_t>(d.tensors.size()));
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    const auto& t = d.tensors[i];
+    w.u64(t.length);
+    w.device(t.sourceDevice);
+    w.u8(t.targetDevice ? 1 : 0);
+    if (t.targetDevice) w.device(*t.targetDevice);
+    w.str(t.metadata);
+    const auto& route = frame.routes[i];
+    w.str(route.channel);
+    w.u8(route.inlineData ? 1 : 0);
+    w.str(route.channelDescriptor);
+  }
+  return w.take();
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Hello& out) {
+  Reader r(body, length);
+  out.contextName = r.str("context name");
+  readOffers(r, limits, out.transports, false);
+  readOffers(r, limits, out.channels, true);
+  return r.finish("hello");
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& out) {
+  Reader r(body, length);
+  out.contextName = r.str("context name");
+  out.transport = r.str("transport");
+  uint32_t n = r.count(8, 64, "channel choice");
+  out.channels.resize(n);
+  for (auto& c : out.channels) {
+    c.first = r.str("device type");
+    c.second = r.str("channel");
+  }
+  return r.finish("welcome");
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Reject& out) {
+  Reader r(body, length);
+  out.reason = r.str("reason");
+  return r.finish("reject");
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out) {
+  Reader r(body, length);
+  Descriptor& d = out.descriptor;
+  d.metadata = r.str("metadata");
+  uint32_t np = r.count(12, limits.maxEntries, "payload");
+  d.payloads.resize(np);
+  size_t total = 0;
+  bool overflow = false;
+  auto account = [&](uint64_t n) {
+    if (total + n < total) overflow = true;
+    total += n;
+  };
+  for (auto& p : d.payloads) {
+    p.length = r.u64();
+    p.metadata = r.str("payload metadata");
+    if (!r.failed() && p.length > limits.maxPayloadSize) {
+      return ACTORPIPE_ERROR(LimitExceededError, "payload", p.length, limits.maxPayloadSize);
+    }
+    account(p.length);
+  }
+  uint32_t nt = r.count(30, limits.maxEntries - np, "tensor");
+  d.tensors.resize(nt);
+  out.routes.resize(nt);
+  for (size_t i = 0; i < nt; ++i) {
+    auto& t = d.tensors[i];
+    t.length = r.u64();
+    t.sourceDevice = r.device();
+    if (r.u8() != 0) {
+      t.targetDevice = r.device();
+    }
+    t.metadata = r.str("tensor metadata");
+    out.routes[i].channel = r.str("channel name");
+    out.routes[i].inlineData = r.u8() != 0;
+    out.routes[i].channelDescriptor = r.str("channel descriptor");
+    if (!r.failed() && t.length > limits.maxTensorSize) {
+      return ACTORPIPE_ERROR(LimitExceededError, "tensor", t.length, limits.maxTensorSize);
+    }
+    account(t.length);
+  }
+  if (!r.failed() && (overflow || total > limits.maxMessageSize)) {
+    return ACTORPIPE_ERROR(LimitExceededError, "message", total, limits.maxMessageSize);
+  }
+  return r.finish("message");
+}
+
+} // namespace actorpipe::wire

@@ -1,0 +1,75 @@
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace caf {
+class actor_system;
+}
+
+namespace actorpipe {
+
+// Bounds checked against every length a peer announces, before anything is
+// allocated or read. Defaults are generous for tensors (the reader allocates
+// those itself) and tight for what actorpipe allocates (frame bodies).
+struct Limits {
+  size_t maxFrameSize{64u << 20};          // handshake and descriptor frames
+  size_t maxPayloadSize{size_t{16} << 30};  // one payload
+  size_t maxTensorSize{size_t{64} << 30};   // one tensor
+  size_t maxMessageSize{size_t{256} << 30}; // all payloads and tensors of a message
+  size_t maxEntries{1u << 20};              // payloads + tensors of a message
+};
+
+class ContextOptions {
+ public:
+  // Sent to peers during the handshake; what their Pipe::getRemoteName() says.
+  ContextOptions& name(std::string name) {
+    name_ = std::move(name);
+    return *this;
+  }
+  // Run the Context's actors in an existing actor system instead of its own.
+  // The system must outlive the Context.
+  ContextOptions& actorSystem(caf::actor_system& system) {
+    system_ = &system;
+    return *this;
+  }
+  ContextOptions& limits(Limits limits) {
+    limits_ = limits;
+    return *this;
+  }
+  // How long an event loop keeps polling after its last event before it goes
+  // to sleep in the kernel. Waking a sleeping thread costs ~40 µs on the VMs
+  // we measure on, so a busy pipe stays awake; an idle one costs nothing once
+  // the window has passed. Zero disables polling.
+  ContextOptions& pollWindow(std::chrono::microseconds window) {
+    pollWindow_ = window;
+    return *this;
+  }
+
+  const std::string& name() const { return name_; }
+  caf::actor_system* actorSystem() const { return system_; }
+  const Limits& limits() const { return limits_; }
+  std::chrono::microseconds pollWindow() const { return pollWindow_; }
+
+ private:
+  std::string name_;
+  caf::actor_system* system_{nullptr};
+  Limits limits_;
+  std::chrono::microseconds pollWindow_{200};
+};
+
+class PipeOptions {
+ public:
+  // The name getRemoteName() reports on the connecting side (as in TensorPipe).
+  PipeOptions& remoteName(std::string name) {
+    remoteName_ = std::move(name);
+    return *this;
+  }
+  const std::string& remoteName() const { return remoteName_; }
+
+ private:
+  std::string remoteName_;
+};
+
+} // namespace actorpipe

@@ -1,0 +1,261 @@
+// Two real processes over loopback: the parent connects, a forked child
+// echoes. Every byte that comes back is checked.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "../support/harness.h"
+
+using namespace actorpipe;
+using namespace testing;
+
+namespace {
+
+Storage makeStorage(std::vector<size_t> payloads, std::vector<size_t> tensors, int seed) {
+  Storage s;
+  int r = 0;
+  for (size_t n : payloads) s.payloads.push_back(pattern(n, seed + 31 * r++));
+  for (size_t n : tensors) s.tensors.push_back(pattern(n, seed + 31 * r++));
+  return s;
+}
+
+void checkEcho(const Storage& sent, const Received& got, const std::string& metadata) {
+  REQUIRE_MESSAGE(!got.error, got.error.what());
+  CHECK(got.descriptor.metadata == metadata);
+  REQUIRE(got.storage.payloads.size() == sent.payloads.size());
+  REQUIRE(got.storage.tensors.size() == sent.tensors.size());
+  for (size_t i = 0; i < sent.payloads.size(); ++i) {
+    CHECK(got.descriptor.payloads[i].metadata == "p" + std::to_string(i));
+    CHECK(got.storage.payloads[i] == sent.payloads[i]);
+  }
+  for (size_t i = 0; i < sent.tensors.size(); ++i) {
+    CHECK(got.descriptor.tensors[i].metadata == "t" + std::to_string(i));
+    CHECK(got.descriptor.tensors[i].sourceDevice == Device{kCpuDeviceType, 0});
+    CHECK(got.storage.tensors[i] == sent.tensors[i]);
+  }
+}
+
+struct EchoPeer {
+  Child child;
+  std::shared_ptr<Context> context;
+  std::shared_ptr<Pipe> pipe;
+  std::string url;
+
+  explicit EchoPeer(int pipes = 1)
+      : child(Child::spawn([pipes](Child& self) { return echoServer(self, pipes); })) {
+    url = child.receive();
+    REQUIRE(!url.empty());
+    context = makeContext("client");
+    pipe = context->connect(url);
+  }
+  ~EchoPeer() {
+    pipe.reset();
+    context->join();
+    CHECK(child.wait() == 0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ping with 4 payloads and 4 tensors comes back intact") {
+  EchoPeer peer;
+  Storage sent = makeStorage({1, 100, 4096, 70000}, {8, 1000, 65536, 3 << 20}, 7);
+  REQUIRE(!writeSync(*peer.pipe, messageOver(sent, "ping")));
+  checkEcho(sent, readSync(*peer.pipe), "ping");
+}
+
+TEST_CASE("ping-pong twice, callbacks in call order") {
+  EchoPeer peer;
+  std::mutex mutex;
+  std::vector<std::string> events;
+  auto note = [&](std::string e) {
+    std::lock_guard<std::mutex> g(mutex);
+    events.push_back(std::move(e));
+  };
+  Storage a = makeStorage({10}, {20}, 1);
+  Storage b = makeStorage({30}, {40}, 2);
+  std::promise<void> done;
+  peer.pipe->write(messageOver(a, "first"), [&](const Error& e) { CHECK(!e); note("write1"); });
+  peer.pipe->write(messageOver(b, "second"), [&](const Error& e) { CHECK(!e); note("write2"); });
+  Storage ra, rb;
+  peer.pipe->readDescriptor([&](const Error& e, Descriptor d) {
+    REQUIRE(!e);
+    note("desc1:" + d.metadata);
+    peer.pipe->read(allocate(d, ra), [&](const Error& e) { CHECK(!e); note("read1"); });
+  });
+  peer.pipe->readDescriptor([&](const Error& e, Descriptor d) {
+    REQUIRE(!e);
+    note("desc2:" + d.metadata);
+    peer.pipe->read(allocate(d, rb), [&](const Error& e) {
+      CHECK(!e);
+      note("read2");
+      done.set_value();
+    });
+  });
+  auto f = done.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(20)));
+  std::lock_guard<std::mutex> g(mutex);
+  std::vector<std::string> writes, reads;
+  for (auto& e : events) (e.rfind("write", 0) == 0 ? writes : reads).push_back(e);
+  CHECK(writes == std::vector<std::string>{"write1", "write2"});
+  CHECK(reads == std::vector<std::string>{"desc1:first", "read1", "desc2:second", "read2"});
+  CHECK(ra.payloads[0] == a.payloads[0]);
+  CHECK(rb.tensors[0] == b.tensors[0]);
+}
+
+TEST_CASE("a full message followed by an empty one") {
+  EchoPeer peer;
+  Storage full = makeStorage({5, 6}, {7, 8}, 3);
+  Storage empty;
+  REQUIRE(!writeSync(*peer.pipe, messageOver(full, "full")));
+  REQUIRE(!writeSync(*peer.pipe, messageOver(empty, "")));
+  checkEcho(full, readSync(*peer.pipe), "full");
+  Received r = readSync(*peer.pipe);
+  REQUIRE(!r.error);
+  CHECK(r.descriptor.metadata.empty());
+  CHECK(r.descriptor.payloads.empty());
+  CHECK(r.descriptor.tensors.empty());
+}
+
+TEST_CASE("payloads only, then tensors only") {
+  EchoPeer peer;
+  Storage payloads = makeStorage({1, 2, 300000}, {}, 4);
+  Storage tensors = makeStorage({}, {3, 0, 500000}, 5);
+  REQUIRE(!writeSync(*peer.pipe, messageOver(payloads, "payloads")));
+  checkEcho(payloads, readSync(*peer.pipe), "payloads");
+  REQUIRE(!writeSync(*peer.pipe, messageOver(tensors, "tensors")));
+  checkEcho(tensors, readSync(*peer.pipe), "tensors");
+}
+
+TEST_CASE("tensors with and without targetDevice") {
+  EchoPeer peer;
+  Storage s = makeStorage({}, {16, 16}, 6);
+  Message m = messageOver(s, "targets");
+  m.tensors[0].targetDevice = Device{kCpuDeviceType, 0};
+  REQUIRE(!writeSync(*peer.pipe, std::move(m)));
+  Received r = readSync(*peer.pipe);
+  checkEcho(s, r, "targets");
+  REQUIRE(r.descriptor.tensors[0].targetDevice.has_value());
+  CHECK(*r.descriptor.tensors[0].targetDevice == Device{kCpuDeviceType, 0});
+  CHECK(!r.descriptor.tensors[1].targetDevice.has_value());
+}
+
+TEST_CASE("many queued writes against queued reads") {
+  EchoPeer peer;
+  constexpr int kCount = 200;
+  std::vector<Storage> sent;
+  for (int i = 0; i < kCount; ++i) sent.push_back(makeStorage({size_t(i % 7) * 100}, {size_t(i) * 37}, i));
+  std::atomic<int> writesDone{0};
+  std::atomic<int> order{0};
+  std::atomic<bool> inOrder{true};
+  for (int i = 0; i < kCount; ++i) {
+    peer.pipe->write(messageOver(sent[i], std::to_string(i)), [&, i](const Error& e) {
+      CHECK(!e);
+      if (order.fetch_add(1) != i) inOrder = false;
+      writesDone++;
+    });
+  }
+  std::vector<Storage> got(kCount);
+  std::promise<void> all;
+  std::atomic<int> reads{0};
+  for (int i = 0; i < kCount; ++i) {
+    peer.pipe->readDescriptor([&, i](const Error& e, Descriptor d) {
+      REQUIRE(!e);
+      CHECK(d.metadata == std::to_string(i));
+      peer.pipe->read(allocate(d, got[i]), [&](const Error& e) {
+        CHECK(!e);
+        if (++reads == kCount) all.set_value();
+      });
+    });
+  }
+  auto f = all.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(30)));
+  CHECK(writesDone == kCount);
+  CHECK(inOrder);
+  for (int i = 0; i < kCount; ++i) {
+    CHECK(got[i].payloads[0] == sent[i].payloads[0]);
+    CHECK(got[i].tensors[0] == sent[i].tensors[0]);
+  }
+}
+
+TEST_CASE("both sides write at once") {
+  // The child writes 50 messages and reads 50 while we do the same.
+  constexpr int kCount = 50;
+  Child child = Child::spawn([](Child& self) {
+    auto context = makeContext("both");
+    auto listener = context->listen({"tcp://127.0.0.1:0"});
+    self.send(listener->url("tcp"));
+    auto pipe = acceptSync(*listener);
+    CHILD_CHECK(pipe != nullptr);
+    std::vector<Storage> out(kCount);
+    std::atomic<int> failures{0};
+    for (int i = 0; i < kCount; ++i) {
+      out[i].tensors.push_back(pattern(100000, 1000 + i));
+      pipe->write(messageOver(out[i], "c" + std::to_string(i)), [&](const Error& e) { if (e) failures++; });
+    }
+    for (int i = 0; i < kCount; ++i) {
+      Received r = readSync(*pipe);
+      CHILD_CHECK(!r.error);
+      CHILD_CHECK(r.descriptor.metadata == "p" + std::to_string(i));
+      CHILD_CHECK(r.storage.tensors[0] == pattern(100000, 2000 + i));
+    }
+    CHILD_CHECK(failures == 0);
+    // Wait for the parent to finish reading before hanging up.
+    Received last = readSync(*pipe);
+    CHILD_CHECK(last.error);
+    return 0;
+  });
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeContext("both-parent");
+  auto pipe = context->connect(url);
+  std::vector<Storage> out(kCount);
+  std::atomic<int> failures{0};
+  for (int i = 0; i < kCount; ++i) {
+    out[i].tensors.push_back(pattern(100000, 2000 + i));
+    pipe->write(messageOver(out[i], "p" + std::to_string(i)), [&](const Error& e) { if (e) failures++; });
+  }
+  for (int i = 0; i < kCount; ++i) {
+    Received r = readSync(*pipe);
+    REQUIRE_MESSAGE(!r.error, r.error.what());
+    CHECK(r.descriptor.metadata == "c" + std::to_string(i));
+    CHECK(r.storage.tensors[0] == pattern(100000, 1000 + i));
+  }
+  // Every write of ours was read by the child before it could get here.
+  pipe->close();
+  CHECK(child.wait() == 0);
+  CHECK(failures == 0);
+}
+
+TEST_CASE("100 pipes on one context") {
+  constexpr int kPipes = 100;
+  EchoPeer peer(kPipes);  // its own pipe is the first of the 100
+  std::vector<std::shared_ptr<Pipe>> pipes{peer.pipe};
+  for (int i = 1; i < kPipes; ++i) pipes.push_back(peer.context->connect(peer.url));
+  std::vector<Storage> sent(kPipes), got(kPipes);
+  std::atomic<int> done{0};
+  std::promise<void> all;
+  for (int i = 0; i < kPipes; ++i) {
+    sent[i].payloads.push_back(pattern(64 + i, i));
+    sent[i].tensors.push_back(pattern(4096 + i, 3 * i));
+    pipes[i]->write(messageOver(sent[i], std::to_string(i)), [](const Error& e) { CHECK(!e); });
+    Pipe* p = pipes[i].get();
+    p->readDescriptor([&, i, p](const Error& e, Descriptor d) {
+      REQUIRE_MESSAGE(!e, e.what());
+      CHECK(d.metadata == std::to_string(i));
+      p->read(allocate(d, got[i]), [&](const Error& e) {
+        CHECK(!e);
+        if (++done == kPipes) all.set_value();
+      });
+    });
+  }
+  auto f = all.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(60)));
+  for (int i = 0; i < kPipes; ++i) {
+    CHECK(got[i].payloads[0] == sent[i].payloads[0]);
+    CHECK(got[i].tensors[0] == sent[i].tensors[0]);
+  }
+  pipes.clear();
+}

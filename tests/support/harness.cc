@@ -1,0 +1,259 @@
+#include "harness.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <execinfo.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+namespace testing {
+
+using namespace actorpipe;
+
+std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions options) {
+  auto context = std::make_shared<Context>(options.name(name));
+  context->registerTransport(0, "tcp", transport::uv::create());
+  context->registerChannel(0, "basic", channel::basic::create());
+  return context;
+}
+
+namespace {
+
+// In a child, a crash prints where it happened (doctest's own handler would
+// report it as if the parent's test case had crashed).
+void crashHandler(int signal) {
+  void* frames[64];
+  int n = ::backtrace(frames, 64);
+  std::fprintf(stderr, "child %d: fatal signal %d\n", ::getpid(), signal);
+  ::backtrace_symbols_fd(frames, n, 2);
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+}  // namespace
+
+Child Child::spawn(Body body, std::chrono::seconds lifetime) {
+  int fds[2];
+  if (::pipe(fds) != 0) std::abort();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(static_cast<unsigned>(lifetime.count()));
+    for (int sig : {SIGSEGV, SIGABRT, SIGFPE, SIGBUS, SIGILL}) ::signal(sig, crashHandler);
+    Child self;
+    self.fd_ = fds[1];
+    int rc = 0;
+    try {
+      rc = body(self);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child threw: %s\n", e.what());
+      rc = 4;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(rc);
+  }
+  ::close(fds[1]);
+  Child parent;
+  parent.pid_ = pid;
+  parent.fd_ = fds[0];
+  return parent;
+}
+
+Child::Child(Child&& other) noexcept
+    : pid_(other.pid_), fd_(other.fd_), reaped_(other.reaped_), status_(other.status_),
+      buffer_(std::move(other.buffer_)) {
+  other.pid_ = -1;
+  other.fd_ = -1;
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Child::send(const std::string& line) {
+  std::string s = line + "\n";
+  (void)!::write(fd_, s.data(), s.size());
+}
+
+std::string Child::receive(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return "";
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+    char buf[256];
+    ssize_t n = ::read(fd_, buf, sizeof(buf));
+    if (n <= 0) return "";
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+int Child::wait(std::chrono::milliseconds timeout) {
+  if (reaped_) return status_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void Child::kill(int signal) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, signal);
+}
+
+std::vector<uint8_t> pattern(size_t length, int seed) {
+  std::vector<uint8_t> v(length);
+  for (size_t i = 0; i < length; ++i) v[i] = static_cast<uint8_t>((seed + i) % 251);
+  return v;
+}
+
+Allocation allocate(const Descriptor& d, Storage& storage) {
+  Allocation a;
+  storage.payloads.resize(d.payloads.size());
+  storage.tensors.resize(d.tensors.size());
+  for (size_t i = 0; i < d.payloads.size(); ++i) {
+    storage.payloads[i].resize(d.payloads[i].length);
+    a.payloads.push_back({storage.payloads[i].data()});
+  }
+  for (size_t i = 0; i < d.tensors.size(); ++i) {
+    storage.tensors[i].resize(d.tensors[i].length);
+    a.tensors.push_back({CpuBuffer{storage.tensors[i].data()}});
+  }
+  return a;
+}
+
+Message messageOver(Storage& storage, const std::string& metadata) {
+  Message m;
+  m.metadata = metadata;
+  for (size_t i = 0; i < storage.payloads.size(); ++i) {
+    m.payloads.push_back({storage.payloads[i].data(), storage.payloads[i].size(), "p" + std::to_string(i)});
+  }
+  for (size_t i = 0; i < storage.tensors.size(); ++i) {
+    Message::Tensor t;
+    t.buffer = CpuBuffer{storage.tensors[i].data()};
+    t.length = storage.tensors[i].size();
+    t.metadata = "t" + std::to_string(i);
+    m.tensors.push_back(std::move(t));
+  }
+  return m;
+}
+
+Error writeSync(Pipe& pipe, Message message, std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<Error>>();
+  auto future = promise->get_future();
+  pipe.write(std::move(message), [promise](const Error& e) { promise->set_value(e); });
+  if (!ready(future, timeout)) {
+    return ACTORPIPE_ERROR(LogicError, "test timeout: write did not complete");
+  }
+  return future.get();
+}
+
+Received readSync(Pipe& pipe, std::chrono::milliseconds timeout) {
+  auto result = std::make_shared<Received>();
+  auto promise = std::make_shared<std::promise<void>>();
+  auto future = promise->get_future();
+  Pipe* p = &pipe;
+  pipe.readDescriptor([result, promise, p](const Error& e, Descriptor d) {
+    if (e) {
+      result->error = e;
+      promise->set_value();
+      return;
+    }
+    result->descriptor = std::move(d);
+    Allocation a = allocate(result->descriptor, result->storage);
+    p->read(std::move(a), [result, promise](const Error& e) {
+      result->error = e;
+      promise->set_value();
+    });
+  });
+  if (!ready(future, timeout)) {
+    Received r;
+    r.error = ACTORPIPE_ERROR(LogicError, "test timeout: read did not complete");
+    return r;
+  }
+  return std::move(*result);
+}
+
+std::shared_ptr<Pipe> acceptSync(Listener& listener, Error* error, std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<std::pair<Error, std::shared_ptr<Pipe>>>>();
+  auto future = promise->get_future();
+  listener.accept([promise](const Error& e, std::shared_ptr<Pipe> p) { promise->set_value({e, p}); });
+  if (!ready(future, timeout)) {
+    if (error) *error = ACTORPIPE_ERROR(LogicError, "test timeout: accept did not complete");
+    return nullptr;
+  }
+  auto r = future.get();
+  if (error) *error = r.first;
+  return r.second;
+}
+
+int echoServer(Child& self, int pipes) {
+  auto context = makeContext("echo-server");
+  auto listener = context->listen({"tcp://127.0.0.1:0"});
+  self.send(listener->url("tcp"));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < pipes; ++i) {
+    Error error;
+    auto pipe = acceptSync(*listener, &error, std::chrono::seconds(30));
+    if (!pipe) {
+      std::fprintf(stderr, "echo server: accept failed: %s\n", error.what().c_str());
+      return 5;
+    }
+    threads.emplace_back([pipe, &failures] {
+      for (;;) {
+        Received r = readSync(*pipe, std::chrono::seconds(30));
+        if (r.error) {
+          if (!r.error.isOfType<EOFError>()) {
+            std::fprintf(stderr, "echo server: read failed: %s\n", r.error.what().c_str());
+            failures++;
+          }
+          return;
+        }
+        Message m = messageOver(r.storage, r.descriptor.metadata);
+        for (size_t t = 0; t < m.tensors.size(); ++t) {
+          m.tensors[t].targetDevice = r.descriptor.tensors[t].targetDevice;
+          m.tensors[t].metadata = r.descriptor.tensors[t].metadata;
+        }
+        for (size_t p = 0; p < m.payloads.size(); ++p) m.payloads[p].metadata = r.descriptor.payloads[p].metadata;
+        Error e = writeSync(*pipe, std::move(m));
+        if (e) {
+          std::fprintf(stderr, "echo server: write failed: %s\n", e.what().c_str());
+          failures++;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failures.load() == 0 ? 0 : 6;
+}
+
+} // namespace testing

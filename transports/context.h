@@ -1,0 +1,87 @@
+#pragma once
+// What every transport offers: byte-stream connections between two contexts,
+// listeners that accept them, and the context that makes both. Transports
+// carry the pipe's control frames and inline data; they know nothing of
+// messages. Callbacks run on the transport's loop thread.
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <actorpipe/runtime/error.h>
+
+namespace actorpipe::detail {
+class Loop;
+}
+
+namespace actorpipe::transport {
+
+struct Slice {
+  const void* ptr;
+  size_t length;
+};
+
+class Connection {
+ public:
+  using read_callback_fn = std::function<void(const Error&)>;
+  using write_callback_fn = std::function<void(const Error&)>;
+
+  virtual ~Connection() = default;
+
+  // Reads exactly `length` bytes into `ptr`. Reads complete in the order they
+  // were asked for; so do writes.
+  virtual void read(void* ptr, size_t length, read_callback_fn fn) = 0;
+  // Writes the slices back to back. Their memory must stay valid until `fn`.
+  virtual void write(std::vector<Slice> slices, write_callback_fn fn) = 0;
+  void write(const void* ptr, size_t length, write_callback_fn fn) {
+    write(std::vector<Slice>{{ptr, length}}, std::move(fn));
+  }
+  // Fails every pending and later operation with `reason`; releases the socket.
+  virtual void close(Error reason) = 0;
+  void close() { close(ACTORPIPE_ERROR(EOFError)); }
+  // "127.0.0.1:4242": for error messages.
+  virtual std::string peerAddress() const = 0;
+};
+
+class Listener {
+ public:
+  using accept_callback_fn = std::function<void(const Error&, std::shared_ptr<Connection>)>;
+
+  virtual ~Listener() = default;
+  // Hands over the next incoming connection (one per call, in arrival order).
+  virtual void accept(accept_callback_fn fn) = 0;
+  // The bound address, port resolved: what a peer passes to connect().
+  virtual std::string addr() const = 0;
+  virtual void close() = 0;
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+
+  // Never fails synchronously: a connection that cannot be made fails its
+  // operations with a ConnectError naming the address and the cause.
+  virtual std::shared_ptr<Connection> connect(std::string addr) = 0;
+  // Binds at once; a listener that could not bind fails every accept() with
+  // the reason and reports an empty addr().
+  virtual std::shared_ptr<Listener> listen(std::string addr) = 0;
+
+  // Whether this transport can work on this host at all.
+  virtual bool isViable() const = 0;
+  // Two contexts can connect when their domain descriptors are equal.
+  virtual const std::string& domainDescriptor() const = 0;
+  virtual void setId(std::string id) = 0;
+
+  virtual void close() = 0;
+  virtual void join() = 0;
+
+  // --- for actorpipe's core --------------------------------------------
+  // The loop that runs this transport's handles, and every pipe built on it.
+  virtual detail::Loop& loop() = 0;
+  // Fails every connection and listener with `reason`: what happens when the
+  // transport's supervising actor goes down.
+  virtual void shutdown(const Error& reason) = 0;
+};
+
+} // namespace actorpipe::transport

@@ -1,0 +1,309 @@
+#include <actorpipe/transports/uv/connection.h>
+
+#include <cstring>
+
+namespace actorpipe::transport::uv {
+namespace {
+
+// Reads at least this large skip the staging buffer.
+constexpr size_t kDirectReadThreshold = 16 * 1024;
+constexpr size_t kStagingSize = 64 * 1024;
+
+Error uvError(const char* what, int status) {
+  if (status == UV_EOF) {
+    return ACTORPIPE_ERROR(EOFError);
+  }
+  return ACTORPIPE_ERROR(SystemError, what, -status);
+}
+
+}  // namespace
+
+struct UvConnection::WriteOp {
+  uv_write_t req;
+  std::vector<uv_buf_t> bufs;
+  write_callback_fn fn;
+  std::shared_ptr<UvConnection> owner;
+};
+
+UvConnection::UvConnection(detail::Loop& loop, std::string peer)
+    : loop_(loop), peer_(std::move(peer)), staging_(kStagingSize) {}
+
+UvConnection::~UvConnection() = default;
+
+void UvConnection::adopt(uv_tcp_t* handle) {
+  handle_ = handle;
+  handle_->data = this;
+  self_ = shared_from_this();
+  connected_ = true;
+  uv_tcp_nodelay(handle_, 1);
+  updateReading();
+}
+
+void UvConnection::startConnect(const sockaddr* addr) {
+  if (error_) {
+    return;
+  }
+  handle_ = new uv_tcp_t;
+  uv_tcp_init(loop_.uv(), handle_);
+  handle_->data = this;
+  self_ = shared_from_this();
+  auto* req = new uv_connect_t;
+  req->data = this;
+  int rc = uv_tcp_connect(req, handle_, addr, [](uv_connect_t* req, int status) {
+    auto* self = static_cast<UvConnection*>(req->data);
+    delete req;
+    self->onConnected(status);
+  });
+  if (rc != 0) {
+    delete req;
+    closeInLoop(ACTORPIPE_ERROR(ConnectError, peer_, uv_strerror(rc), -rc));
+  }
+}
+
+void UvConnection::failConnect(const Error& error) { closeInLoop(error); }
+
+void UvConnection::onConnected(int status) {
+  loop_.noteActivity();
+  if (status == UV_ECANCELED || error_) {
+    return;  // closed while connecting; closeInLoop reported it
+  }
+  if (status != 0) {
+    closeInLoop(ACTORPIPE_ERROR(ConnectError, peer_, uv_strerror(status), -status));
+    return;
+  }
+  connected_ = true;
+  uv_tcp_nodelay(handle_, 1);
+  auto pending = std::move(writesBeforeConnect_);
+  for (auto* op : pending) {
+    issueWrite(op);
+  }
+  updateReading();
+}
+
+void UvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
+  ReadOp op{static_cast<uint8_t*>(ptr), length, 0, std::move(fn)};
+  if (loop_.inLoop()) {
+    readInLoop(std::move(op));
+    return;
+  }
+  auto self = shared_from_this();
+  auto shared = std::make_shared<ReadOp>(std::move(op));
+  if (!loop_.post([self, shared] { self->readInLoop(std::move(*shared)); })) {
+    shared->fn(ACTORPIPE_ERROR(ContextClosedError));
+  }
+}
+
+void UvConnection::readInLoop(ReadOp op) {
+  if (error_) {
+    auto err = error_;
+    auto fn = std::move(op.fn);
+    loop_.post([fn, err] { fn(err); });
+    return;
+  }
+  reads_.push_back(std::move(op));
+  if (!pumping_) {
+    pump();  // a read asked from a read's callback is served by the outer pump
+  }
+}
+
+// Serves queued reads from the staging buffer, then decides whether the
+// socket should keep reading: it reads ahead into staging while there is room,
+// so the next frame header is usually here before anyone asks for it.
+void UvConnection::pump() {
+  pumping_ = true;
+  while (!reads_.empty() && !error_) {
+    ReadOp& op = reads_.front();
+    size_t avail = stagingEnd_ - stagingBegin_;
+    size_t n = std::min(avail, op.length - op.done);
+    if (n > 0) {
+      std::memcpy(op.ptr + op.done, staging_.data() + stagingBegin_, n);
+      stagingBegin_ += n;
+      op.done += n;
+    }
+    if (stagingBegin_ == stagingEnd_) {
+      stagingBegin_ = stagingEnd_ = 0;
+    }
+    if (op.done < op.length) {
+      break;
+    }
+    auto fn = std::move(op.fn);
+    reads_.pop_front();
+    fn(Error());  // may queue more reads or close us
+  }
+  pumping_ = false;
+  updateReading();
+}
+
+void UvConnection::updateReading() {
+  if (!connected_ || error_ || handle_ == nullptr) {
+    return;
+  }
+  bool stagingFull = stagingEnd_ == staging_.size() && stagingBegin_ == 0;
+  bool want = !reads_.empty() || !stagingFull;
+  if (want && !reading_) {
+    int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(handle_), &UvConnection::onAlloc,
+                           &UvConnection::onRead);
+    if (rc != 0) {
+      closeInLoop(uvError("uv_read_start", rc));
+      return;
+    }
+    reading_ = true;
+  } else if (!want && reading_) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+    reading_ = false;
+  }
+}
+
+void UvConnection::onAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
+  auto* self = static_cast<UvConnection*>(handle->data);
+  self->directRead_ = false;
+  if (!self->reads_.empty() && self->stagingBegin_ == self->stagingEnd_) {
+    ReadOp& op = self->reads_.front();
+    size_t need = op.length - op.done;
+    if (need >= kDirectReadThreshold) {
+      self->directRead_ = true;
+      *buf = uv_buf_init(reinterpret_cast<char*>(op.ptr + op.done), static_cast<unsigned>(std::min<size_t>(need, 1u << 30)));
+      return;
+    }
+  }
+  if (self->stagingBegin_ > 0) {
+    size_t live = self->stagingEnd_ - self->stagingBegin_;
+    std::memmove(self->staging_.data(), self->staging_.data() + self->stagingBegin_, live);
+    self->stagingBegin_ = 0;
+    self->stagingEnd_ = live;
+  }
+  *buf = uv_buf_init(reinterpret_cast<char*>(self->staging_.data() + self->stagingEnd_),
+                     static_cast<unsigned>(self->staging_.size() - self->stagingEnd_));
+}
+
+void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
+  auto* self = static_cast<UvConnection*>(stream->data);
+  self->loop_.noteActivity();
+  if (nread < 0) {
+    if (nread != UV_ENOBUFS) {
+      self->closeInLoop(uvError("read", static_cast<int>(nread)));
+    }
+    return;
+  }
+  if (nread == 0) {
+    return;
+  }
+  if (self->directRead_) {
+    self->reads_.front().done += static_cast<size_t>(nread);
+  } else {
+    self->stagingEnd_ += static_cast<size_t>(nread);
+  }
+  self->pump();
+}
+
+void UvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
+  if (loop_.inLoop()) {
+    writeInLoop(std::move(slices), std::move(fn));
+    return;
+  }
+  auto self = shared_from_this();
+  auto shared = std::make_shared<std::pair<std::vector<Slice>, write_callback_fn>>(
+      std::move(slices), std::move(fn));
+  if (!loop_.post([self, shared] {
+        self->writeInLoop(std::move(shared->first), std::move(shared->second));
+      })) {
+    shared->second(ACTORPIPE_ERROR(ContextClosedError));
+  }
+}
+
+void UvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+  if (error_) {
+    auto err = error_;
+    loop_.post([fn = std::move(fn), err] { fn(err); });
+    return;
+  }
+  auto* op = new WriteOp;
+  op->req.data = op;
+  op->fn = std::move(fn);
+  op->owner = shared_from_this();
+  for (const auto& s : slices) {
+    if (s.length > 0) {
+      op->bufs.push_back(uv_buf_init(const_cast<char*>(static_cast<const char*>(s.ptr)),
+                                     static_cast<unsigned>(s.length)));
+    }
+  }
+  if (op->bufs.empty()) {
+    op->bufs.push_back(uv_buf_init(nullptr, 0));
+  }
+  if (!connected_) {
+    writesBeforeConnect_.push_back(op);
+    return;
+  }
+  issueWrite(op);
+}
+
+void UvConnection::issueWrite(WriteOp* op) {
+  int rc = uv_write(&op->req, reinterpret_cast<uv_stream_t*>(handle_), op->bufs.data(),
+                    static_cast<unsigned>(op->bufs.size()), &UvConnection::onWrite);
+  if (rc != 0) {
+    auto fn = std::move(op->fn);
+    delete op;
+    closeInLoop(uvError("write", rc));
+    fn(error_);
+  }
+}
+
+void UvConnection::onWrite(uv_write_t* req, int status) {
+  auto* op = static_cast<WriteOp*>(req->data);
+  auto owner = std::move(op->owner);
+  auto fn = std::move(op->fn);
+  delete op;
+  owner->loop_.noteActivity();
+  if (status == 0) {
+    fn(Error());
+    return;
+  }
+  if (!owner->error_) {
+    owner->closeInLoop(uvError("write", status));
+  }
+  fn(owner->error_);
+}
+
+void UvConnection::close(Error reason) {
+  if (loop_.inLoop()) {
+    closeInLoop(reason);
+    return;
+  }
+  auto self = shared_from_this();
+  loop_.post([self, reason] { self->closeInLoop(reason); });
+}
+
+void UvConnection::closeInLoop(const Error& reason) {
+  if (error_) {
+    return;
+  }
+  error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  auto reads = std::move(reads_);
+  reads_.clear();
+  auto early = std::move(writesBeforeConnect_);
+  writesBeforeConnect_.clear();
+  if (handle_ != nullptr) {
+    if (reading_) {
+      uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+      reading_ = false;
+    }
+    // libuv cancels queued writes (their callbacks see UV_ECANCELED and report
+    // error_) and calls us back once the socket is gone.
+    uv_close(reinterpret_cast<uv_handle_t*>(handle_), [](uv_handle_t* h) {
+      auto* self = static_cast<UvConnection*>(h->data);
+      delete reinterpret_cast<uv_tcp_t*>(h);
+      self->handle_ = nullptr;
+      self->self_.reset();  // may destroy *self
+    });
+  }
+  for (auto& op : reads) {
+    op.fn(error_);
+  }
+  for (auto* op : early) {
+    auto fn = std::move(op->fn);
+    delete op;
+    fn(error_);
+  }
+}
+
+} // namespace actorpipe::transport::uv

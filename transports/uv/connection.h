@@ -1,0 +1,73 @@
+#pragma once
+// A TCP connection on a libuv loop. Reads go through a small staging buffer
+// (so many small frames cost one system call) except large reads, which land
+// straight in the caller's memory. Writes are gathered into one writev.
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <uv.h>
+
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/context.h>
+
+namespace actorpipe::transport::uv {
+
+class UvConnection final : public Connection,
+                           public std::enable_shared_from_this<UvConnection> {
+ public:
+  // Takes a handle already connected (accepted), or none yet (connecting).
+  UvConnection(detail::Loop& loop, std::string peer);
+  ~UvConnection() override;
+
+  // Loop thread: adopt an accepted socket / start an outgoing connection.
+  void adopt(uv_tcp_t* handle);
+  void startConnect(const sockaddr* addr);
+  // Loop thread: fail at once (e.g. the address did not parse).
+  void failConnect(const Error& error);
+
+  void read(void* ptr, size_t length, read_callback_fn fn) override;
+  void write(std::vector<Slice> slices, write_callback_fn fn) override;
+  void close(Error reason) override;
+  std::string peerAddress() const override { return peer_; }
+
+ private:
+  struct ReadOp {
+    uint8_t* ptr;
+    size_t length;
+    size_t done;
+    read_callback_fn fn;
+  };
+  struct WriteOp;
+
+  void readInLoop(ReadOp op);
+  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
+  void closeInLoop(const Error& reason);
+  void issueWrite(WriteOp* op);
+  void onConnected(int status);
+  void pump();
+  void updateReading();
+
+  static void onAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
+  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+  static void onWrite(uv_write_t* req, int status);
+
+  detail::Loop& loop_;
+  std::string peer_;
+  uv_tcp_t* handle_{nullptr};
+  bool connected_{false};
+  bool reading_{false};
+  bool directRead_{false};
+  bool pumping_{false};
+  Error error_;
+  // Keeps us alive while libuv holds our handle.
+  std::shared_ptr<UvConnection> self_;
+
+  std::deque<ReadOp> reads_;
+  std::vector<uint8_t> staging_;
+  size_t stagingBegin_{0};
+  size_t stagingEnd_{0};
+  std::vector<WriteOp*> writesBeforeConnect_;
+};
+
+} // namespace actorpipe::transport::uv

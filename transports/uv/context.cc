@@ -1,0 +1,255 @@
+// The uv transport's context and listener: one loop thread per context,
+// sockets bound and accepted on it.
+#include <actorpipe/transports/uv/factory.h>
+
+#include <deque>
+#include <future>
+#include <mutex>
+#include <set>
+
+#include <uv.h>
+
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/uv/connection.h>
+#include <actorpipe/transports/uv/sockaddr.h>
+
+namespace actorpipe::transport::uv {
+namespace {
+
+class UvContext;
+
+class UvListener final : public Listener, public std::enable_shared_from_this<UvListener> {
+ public:
+  UvListener(UvContext& context, detail::Loop& loop) : context_(context), loop_(loop) {}
+
+  // Loop thread.
+  void bind(const SockAddr& addr);
+  void failInLoop(const Error& error);
+
+  void accept(accept_callback_fn fn) override;
+  std::string addr() const override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return addr_;
+  }
+  void close() override {
+    auto self = shared_from_this();
+    loop_.post([self] { self->failInLoop(ACTORPIPE_ERROR(ListenerClosedError)); });
+  }
+
+ private:
+  void match();
+  static void onConnection(uv_stream_t* server, int status);
+
+  UvContext& context_;
+  detail::Loop& loop_;
+  uv_tcp_t* handle_{nullptr};
+  // Keeps us alive while libuv holds our handle.
+  std::shared_ptr<UvListener> self_;
+  mutable std::mutex mutex_;
+  std::string addr_;
+  Error error_;
+  std::deque<accept_callback_fn> accepts_;
+  std::deque<std::shared_ptr<UvConnection>> ready_;
+};
+
+class UvContext final : public Context, public std::enable_shared_from_this<UvContext> {
+ public:
+  UvContext() : loop_("uv") {}
+  ~UvContext() override { join(); }
+
+  std::shared_ptr<Connection> connect(std::string addr) override;
+  std::shared_ptr<Listener> listen(std::string addr) override;
+
+  bool isViable() const override { return true; }
+  const std::string& domainDescriptor() const override { return domain_; }
+  void setId(std::string id) override { id_ = std::move(id); }
+
+  void close() override { shutdown(ACTORPIPE_ERROR(ContextClosedError)); }
+  void join() override {
+    close();
+    loop_.stop();
+  }
+  detail::Loop& loop() override { return loop_; }
+
+  void shutdown(const Error& reason) override {
+    loop_.post([this, reason] {
+      closed_ = reason;
+      auto connections = std::move(connections_);
+      auto listeners = std::move(listeners_);
+      for (auto& weak : connections) {
+        if (auto c = weak.lock()) c->close(reason);
+      }
+      for (auto& weak : listeners) {
+        if (auto l = weak.lock()) l->failInLoop(reason);
+      }
+    });
+  }
+
+  // Loop thread: keeps weak track of what shutdown() must close.
+  void track(const std::shared_ptr<UvConnection>& c) {
+    prune();
+    connections_.push_back(c);
+  }
+  void track(const std::shared_ptr<UvListener>& l) { listeners_.push_back(l); }
+  const Error& closedReason() const { return closed_; }
+
+ private:
+  void prune() {
+    if (connections_.size() < 64 || connections_.size() < 2 * lastPruneSize_) return;
+    std::vector<std::weak_ptr<UvConnection>> live;
+    for (auto& w : connections_) {
+      if (!w.expired()) live.push_back(w);
+    }
+    connections_.swap(live);
+    lastPruneSize_ = connections_.size();
+  }
+
+  std::string domain_{"tcp"};
+  std::string id_{"uv"};
+  detail::Loop loop_;
+  Error closed_;
+  std::vector<std::weak_ptr<UvConnection>> connections_;
+  size_t lastPruneSize_{0};
+  std::vector<std::weak_ptr<UvListener>> listeners_;
+};
+
+std::shared_ptr<Connection> UvContext::connect(std::string addr) {
+  auto connection = std::make_shared<UvConnection>(loop_, addr);
+  SockAddr sa;
+  Error error = parseAddress(addr, sa);  // may block on DNS: done on the caller's thread
+  auto self = shared_from_this();
+  bool posted = loop_.post([self, connection, sa, error] {
+    if (self->closed_) {
+      connection->failConnect(self->closed_);
+    } else if (error) {
+      connection->failConnect(error);
+    } else {
+      self->track(connection);
+      connection->startConnect(sa.get());
+    }
+  });
+  if (!posted) {
+    connection->close(ACTORPIPE_ERROR(ContextClosedError));
+  }
+  return connection;
+}
+
+std::shared_ptr<Listener> UvContext::listen(std::string addr) {
+  auto listener = std::make_shared<UvListener>(*this, loop_);
+  SockAddr sa;
+  Error error = parseAddress(addr, sa);
+  std::promise<void> bound;
+  auto self = shared_from_this();
+  bool posted = loop_.post([self, listener, sa, error, &bound] {
+    if (self->closed_) {
+      listener->failInLoop(self->closed_);
+    } else if (error) {
+      listener->failInLoop(error);
+    } else {
+      self->track(listener);
+      listener->bind(sa);
+    }
+    bound.set_value();
+  });
+  if (posted) {
+    bound.get_future().wait();
+  } else {
+    listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
+  }
+  return listener;
+}
+
+void UvListener::bind(const SockAddr& addr) {
+  handle_ = new uv_tcp_t;
+  uv_tcp_init(loop_.uv(), handle_);
+  handle_->data = this;
+  self_ = shared_from_this();
+  int rc = uv_tcp_bind(handle_, addr.get(), 0);
+  if (rc == 0) {
+    rc = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), 1024, &UvListener::onConnection);
+  }
+  if (rc != 0) {
+    failInLoop(ACTORPIPE_ERROR(SystemError, "bind/listen on " + formatAddress(addr.get()), -rc));
+    return;
+  }
+  sockaddr_storage local{};
+  int len = sizeof(local);
+  uv_tcp_getsockname(handle_, reinterpret_cast<sockaddr*>(&local), &len);
+  std::lock_guard<std::mutex> guard(mutex_);
+  addr_ = formatAddress(reinterpret_cast<sockaddr*>(&local));
+}
+
+void UvListener::onConnection(uv_stream_t* server, int status) {
+  auto* self = static_cast<UvListener*>(server->data);
+  self->loop_.noteActivity();
+  if (status != 0 || self->error_) {
+    return;  // a failed accept(2) concerns that one client only
+  }
+  auto* client = new uv_tcp_t;
+  uv_tcp_init(self->loop_.uv(), client);
+  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(client)) != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(client),
+             [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+    return;
+  }
+  sockaddr_storage peer{};
+  int len = sizeof(peer);
+  uv_tcp_getpeername(client, reinterpret_cast<sockaddr*>(&peer), &len);
+  auto connection =
+      std::make_shared<UvConnection>(self->loop_, formatAddress(reinterpret_cast<sockaddr*>(&peer)));
+  connection->adopt(client);
+  self->context_.track(connection);
+  self->ready_.push_back(std::move(connection));
+  self->match();
+}
+
+void UvListener::accept(accept_callback_fn fn) {
+  auto self = shared_from_this();
+  auto shared = std::make_shared<accept_callback_fn>(std::move(fn));
+  if (!loop_.post([self, shared] {
+        self->accepts_.push_back(std::move(*shared));
+        self->match();
+      })) {
+    (*shared)(ACTORPIPE_ERROR(ContextClosedError), nullptr);
+  }
+}
+
+void UvListener::match() {
+  while (!accepts_.empty() && (!ready_.empty() || error_)) {
+    auto fn = std::move(accepts_.front());
+    accepts_.pop_front();
+    if (error_) {
+      fn(error_, nullptr);
+      continue;
+    }
+    auto connection = std::move(ready_.front());
+    ready_.pop_front();
+    fn(Error(), std::move(connection));
+  }
+}
+
+void UvListener::failInLoop(const Error& error) {
+  if (error_) {
+    return;
+  }
+  error_ = error;
+  if (handle_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(handle_), [](uv_handle_t* h) {
+      auto* self = static_cast<UvListener*>(h->data);
+      delete reinterpret_cast<uv_tcp_t*>(h);
+      self->self_.reset();  // may destroy *self
+    });
+    handle_ = nullptr;
+  }
+  for (auto& c : ready_) {
+    c->close(error);
+  }
+  ready_.clear();
+  match();
+}
+
+}  // namespace
+
+std::shared_ptr<Context> create() { return std::make_shared<UvContext>(); }
+
+} // namespace actorpipe::transport::uv
