@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/transports/uv/factory.h>
+
+namespace actorpipe {
+// doctest prints the operands of a failed CHECK.
+inline std::ostream& operator<<(std::ostream& os, const std::shared_ptr<Pipe>& pipe) {
+  return os << (pipe ? "a pipe" : "no pipe");
+}
+}  // namespace actorpipe
 
 namespace testing {
 

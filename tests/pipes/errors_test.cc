@@ -1,0 +1,489 @@
+// Bad input and failures: every case ends in a clear Error through the API,
+// promptly, and never in a crash or a hang.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <actorpipe/runtime/detail/wire.h>
+
+#include "../support/harness.h"
+
+using namespace actorpipe;
+using namespace testing;
+
+namespace {
+
+// A port nothing listens on (bound, then released).
+int unusedPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A plain TCP server socket on loopback, for playing a misbehaving peer.
+struct RawServer {
+  int fd{-1};
+  int port{0};
+  RawServer() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ::listen(fd, 16);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~RawServer() { ::close(fd); }
+  int accept() { return ::accept(fd, nullptr, nullptr); }
+  std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port); }
+};
+
+int rawConnect(const std::string& url) {
+  auto colon = url.rfind(':');
+  int port = std::stoi(url.substr(colon + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  return fd;
+}
+
+void sendAll(int fd, const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Reads a whole frame (header + body) from a raw socket.
+std::string recvFrame(int fd) {
+  std::string header(wire::kHeaderSize, '\0');
+  size_t got = 0;
+  while (got < header.size()) {
+    ssize_t n = ::recv(fd, &header[got], header.size() - got, 0);
+    if (n <= 0) return "";
+    got += static_cast<size_t>(n);
+  }
+  uint32_t length = 0;
+  for (int i = 0; i < 4; ++i) length |= uint32_t(uint8_t(header[4 + i])) << (8 * i);
+  std::string body(length, '\0');
+  got = 0;
+  while (got < length) {
+    ssize_t n = ::recv(fd, &body[got], length - got, 0);
+    if (n <= 0) return "";
+    got += static_cast<size_t>(n);
+  }
+  return header + body;
+}
+
+std::string frame(wire::FrameType type, const std::string& body) {
+  return wire::encodeHeader(type, body.size()) + body;
+}
+
+std::string welcomeFrame() {
+  wire::Welcome w;
+  w.contextName = "raw";
+  w.transport = "tcp";
+  w.channels.emplace_back(kCpuDeviceType, "basic");
+  return frame(wire::FrameType::kWelcome, wire::encode(w));
+}
+
+Error readDescriptorError(Pipe& pipe) {
+  Received r = readSync(pipe, std::chrono::seconds(10));
+  return r.error;
+}
+
+}  // namespace
+
+TEST_CASE("connect to nowhere fails promptly, naming the address and the cause") {
+  auto context = makeContext();
+  std::string url = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  auto pipe = context->connect(url);
+  auto start = std::chrono::steady_clock::now();
+  Storage s;
+  s.payloads.push_back(pattern(10, 1));
+  Error w = writeSync(*pipe, messageOver(s, "x"), std::chrono::seconds(10));
+  Error r = readDescriptorError(*pipe);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE(w);
+  CHECK(w.isOfType<ConnectError>());
+  CHECK(w.what().find(url.substr(6)) != std::string::npos);
+  CHECK(w.what().find("refused") != std::string::npos);
+  CHECK(r.isOfType<ConnectError>());
+}
+
+TEST_CASE("an unknown URL scheme is an error on the pipe and on the listener") {
+  auto context = makeContext();
+  auto pipe = context->connect("carrier-pigeon://127.0.0.1:1");
+  Error w = writeSync(*pipe, Message());
+  CHECK(w.isOfType<UnknownTransportError>());
+  CHECK(w.what().find("carrier-pigeon") != std::string::npos);
+  auto bad = context->connect("no-scheme-here");
+  CHECK(writeSync(*bad, Message()).isOfType<LogicError>());
+
+  auto listener = context->listen({"carrier-pigeon://127.0.0.1:0"});
+  Error a;
+  CHECK(acceptSync(*listener, &a) == nullptr);
+  CHECK(a.isOfType<UnknownTransportError>());
+}
+
+TEST_CASE("a bad address or a port in use is an error through accept") {
+  auto context = makeContext();
+  auto first = context->listen({"tcp://127.0.0.1:0"});
+  auto second = context->listen({first->url("tcp")});
+  Error e;
+  CHECK(acceptSync(*second, &e) == nullptr);
+  CHECK(e.isOfType<SystemError>());
+  CHECK(e.castToType<SystemError>()->errorCode() == EADDRINUSE);
+  auto third = context->listen({"tcp://not an address:99999"});
+  CHECK(acceptSync(*third, &e) == nullptr);
+  CHECK(e);
+}
+
+TEST_CASE("closing a listener aborts a pending accept") {
+  auto context = makeContext();
+  auto listener = context->listen({"tcp://127.0.0.1:0"});
+  std::promise<Error> promise;
+  listener->accept([&](const Error& e, std::shared_ptr<Pipe> p) {
+    CHECK(p == nullptr);
+    promise.set_value(e);
+  });
+  listener->close();
+  auto f = promise.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(10)));
+  CHECK(f.get().isOfType<ListenerClosedError>());
+  Error again;
+  CHECK(acceptSync(*listener, &again) == nullptr);
+  CHECK(again.isOfType<ListenerClosedError>());
+}
+
+TEST_CASE("a peer killed mid-transfer fails the pending operations") {
+  Child child = Child::spawn([](Child& self) {
+    auto context = makeContext("victim");
+    auto listener = context->listen({"tcp://127.0.0.1:0"});
+    self.send(listener->url("tcp"));
+    auto pipe = acceptSync(*listener);
+    CHILD_CHECK(pipe != nullptr);
+    std::promise<void> gotDescriptor;
+    pipe->readDescriptor([&](const Error& e, Descriptor) { gotDescriptor.set_value(); });
+    gotDescriptor.get_future().wait();
+    self.send("descriptor");
+    // Never read the data: sit on it until the parent kills us.
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  });
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeContext();
+  auto pipe = context->connect(url);
+  Storage big;
+  big.tensors.push_back(std::vector<uint8_t>(64u << 20, 7));
+  std::promise<Error> written;
+  pipe->write(messageOver(big, "big"), [&](const Error& e) { written.set_value(e); });
+  std::promise<Error> readError;
+  pipe->readDescriptor([&](const Error& e, Descriptor) { readError.set_value(e); });
+  REQUIRE(child.receive() == "descriptor");
+  child.kill(SIGKILL);
+  CHECK(child.wait() == 128 + SIGKILL);
+  auto w = written.get_future();
+  auto r = readError.get_future();
+  REQUIRE(ready(w, std::chrono::seconds(10)));
+  REQUIRE(ready(r, std::chrono::seconds(10)));
+  Error we = w.get();
+  Error re = r.get();
+  CHECK(we);
+  CHECK(re);
+  MESSAGE("write failed with: " << we.what());
+  MESSAGE("readDescriptor failed with: " << re.what());
+  // The context is still usable.
+  auto listener = context->listen({"tcp://127.0.0.1:0"});
+  auto other = context->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  Storage s;
+  s.payloads.push_back(pattern(100, 9));
+  REQUIRE(!writeSync(*other, messageOver(s, "after")));
+  Received got = readSync(*accepted);
+  REQUIRE(!got.error);
+  CHECK(got.storage.payloads[0] == s.payloads[0]);
+}
+
+TEST_CASE("closing a pipe during its handshake fails its operations") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  std::promise<Error> written;
+  std::promise<Error> described;
+  pipe->write(Message(), [&](const Error& e) { written.set_value(e); });
+  pipe->readDescriptor([&](const Error& e, Descriptor) { described.set_value(e); });
+  pipe->close();
+  auto w = written.get_future();
+  auto d = described.get_future();
+  REQUIRE(ready(w, std::chrono::seconds(10)));
+  REQUIRE(ready(d, std::chrono::seconds(10)));
+  CHECK(w.get().isOfType<PipeClosedError>());
+  CHECK(d.get().isOfType<PipeClosedError>());
+  // Later operations fail the same way.
+  CHECK(writeSync(*pipe, Message()).isOfType<PipeClosedError>());
+}
+
+TEST_CASE("a client that hangs up mid-hello does not disturb the listener") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  int fd = rawConnect(listener->url("tcp"));
+  std::string hello = frame(wire::FrameType::kHello, wire::encode(wire::Hello{"raw", {}, {}}));
+  sendAll(fd, hello.substr(0, hello.size() / 2));
+  ::close(fd);
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  REQUIRE(!writeSync(*pipe, Message()));
+  CHECK(!readSync(*accepted).error);
+}
+
+TEST_CASE("malformed frames from a server are protocol errors") {
+  auto context = makeContext();
+  SUBCASE("not an actorpipe peer") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    sendAll(fd, "HTTP/1.1 200 OK\r\n\r\n");
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<ProtocolError>());
+    CHECK(e.what().find("magic") != std::string::npos);
+    ::close(fd);
+  }
+  SUBCASE("wrong version") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    std::string w = welcomeFrame();
+    w[2] = 99;
+    sendAll(fd, w);
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<ProtocolError>());
+    CHECK(e.what().find("version") != std::string::npos);
+    ::close(fd);
+  }
+  SUBCASE("an oversized handshake frame is refused before allocation") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    sendAll(fd, wire::encodeHeader(wire::FrameType::kWelcome, 0xFFFFFFF0u));
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<LimitExceededError>());
+    ::close(fd);
+  }
+  SUBCASE("a truncated welcome body") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    sendAll(fd, frame(wire::FrameType::kWelcome, std::string("\x05\x00\x00\x00" "ab", 6)));
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<ProtocolError>());
+    CHECK(e.what().find("truncated") != std::string::npos);
+    ::close(fd);
+  }
+  SUBCASE("a message frame announcing a tensor above the limit") {
+    Limits limits;
+    limits.maxTensorSize = 1 << 20;
+    auto small = makeContext("small", ContextOptions().limits(limits));
+    RawServer raw;
+    auto pipe = small->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());  // the hello
+    sendAll(fd, welcomeFrame());
+    wire::MessageFrame m;
+    m.descriptor.tensors.push_back({size_t(1) << 40, Device{kCpuDeviceType, 0}, nullopt, ""});
+    m.routes.push_back({"basic", true, ""});
+    sendAll(fd, frame(wire::FrameType::kMessage, wire::encode(m)));
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<LimitExceededError>());
+    CHECK(e.what().find("tensor") != std::string::npos);
+    ::close(fd);
+  }
+  SUBCASE("a message on a channel that was not negotiated") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());
+    sendAll(fd, welcomeFrame());
+    wire::MessageFrame m;
+    m.descriptor.tensors.push_back({4, Device{kCpuDeviceType, 0}, nullopt, ""});
+    m.routes.push_back({"smoke-signals", true, ""});
+    sendAll(fd, frame(wire::FrameType::kMessage, wire::encode(m)));
+    Error e = readDescriptorError(*pipe);
+    CHECK(e.isOfType<ProtocolError>());
+    ::close(fd);
+  }
+  SUBCASE("the peer hangs up in the middle of a message's data") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());
+    sendAll(fd, welcomeFrame());
+    wire::MessageFrame m;
+    m.descriptor.payloads.push_back({1000, ""});
+    sendAll(fd, frame(wire::FrameType::kMessage, wire::encode(m)) + std::string(10, 'x'));
+    std::promise<Error> done;
+    std::vector<uint8_t> buffer(1000);
+    pipe->readDescriptor([&](const Error& e, Descriptor d) {
+      REQUIRE(!e);
+      Allocation a;
+      a.payloads.push_back({buffer.data()});
+      pipe->read(a, [&](const Error& e) { done.set_value(e); });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::close(fd);
+    auto f = done.get_future();
+    REQUIRE(ready(f, std::chrono::seconds(10)));
+    CHECK(f.get().isOfType<EOFError>());
+  }
+}
+
+TEST_CASE("garbage from a client does not disturb the listener") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  for (std::string garbage : {std::string("GET / HTTP/1.0\r\n\r\n"),
+                              wire::encodeHeader(wire::FrameType::kHello, 0xFFFFFFFFu),
+                              frame(wire::FrameType::kMessage, "xx"),
+                              frame(wire::FrameType::kHello, std::string(40, '\xff'))}) {
+    int fd = rawConnect(listener->url("tcp"));
+    sendAll(fd, garbage);
+    char c;
+    // The listener hangs up on it.
+    CHECK(::recv(fd, &c, 1, 0) <= 0);
+    ::close(fd);
+  }
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  CHECK(accepted->getRemoteName() == "client");
+}
+
+TEST_CASE("read() without a descriptor, and allocations that do not match") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+
+  std::promise<Error> early;
+  accepted->read(Allocation(), [&](const Error& e) { early.set_value(e); });
+  auto f = early.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(10)));
+  CHECK(f.get().isOfType<LogicError>());
+
+  Storage s;
+  s.payloads.push_back(pattern(100, 1));
+  s.tensors.push_back(pattern(200, 2));
+  REQUIRE(!writeSync(*pipe, messageOver(s, "m")));
+  std::promise<Descriptor> described;
+  accepted->readDescriptor([&](const Error& e, Descriptor d) {
+    REQUIRE(!e);
+    described.set_value(d);
+  });
+  Descriptor d = described.get_future().get();
+  auto readWith = [&](Allocation a) {
+    std::promise<Error> p;
+    accepted->read(std::move(a), [&](const Error& e) { p.set_value(e); });
+    auto fut = p.get_future();
+    REQUIRE(ready(fut, std::chrono::seconds(10)));
+    return fut.get();
+  };
+  CHECK(readWith(Allocation()).isOfType<LogicError>());  // counts differ
+  Storage got;
+  Allocation noMemory = allocate(d, got);
+  noMemory.tensors[0].buffer = CpuBuffer{nullptr};
+  CHECK(readWith(noMemory).isOfType<LogicError>());
+  Allocation onGpu = allocate(d, got);
+  onGpu.tensors[0].buffer = CudaBuffer{got.tensors[0].data(), nullptr};
+  Error gpu = readWith(onGpu);
+  CHECK(gpu.isOfType<LogicError>());
+  CHECK(gpu.what().find("cuda") != std::string::npos);
+  // The descriptor waited: a correct allocation still gets the data.
+  CHECK(!readWith(allocate(d, got)));
+  CHECK(got.payloads[0] == s.payloads[0]);
+  CHECK(got.tensors[0] == s.tensors[0]);
+}
+
+TEST_CASE("a write that cannot be sent fails alone; the pipe carries on") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  std::vector<uint8_t> memory(64);
+  Message gpu;
+  gpu.tensors.push_back({CudaBuffer{memory.data(), nullptr}, memory.size(), nullopt, ""});
+  Error e = writeSync(*pipe, gpu);
+  CHECK(e.isOfType<NegotiationError>());
+  CHECK(e.what().find("cuda:0") != std::string::npos);
+  Message noData;
+  noData.payloads.push_back({nullptr, 10, ""});
+  CHECK(writeSync(*pipe, noData).isOfType<LogicError>());
+  Storage s;
+  s.payloads.push_back(pattern(10, 3));
+  REQUIRE(!writeSync(*pipe, messageOver(s, "fine")));
+  Received r = readSync(*accepted);
+  REQUIRE(!r.error);
+  CHECK(r.descriptor.metadata == "fine");
+}
+
+TEST_CASE("Context::close and join: every pending callback fires once, none after join") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  std::atomic<int> fired{0};
+  std::atomic<int> errors{0};
+  for (int i = 0; i < 5; ++i) {
+    pipe->readDescriptor([&](const Error& e, Descriptor) {
+      fired++;
+      if (e.isOfType<ContextClosedError>()) errors++;
+    });
+  }
+  std::atomic<int> acceptFired{0};
+  listener->accept([&](const Error& e, std::shared_ptr<Pipe>) {
+    CHECK(e);
+    acceptFired++;
+  });
+  client->join();
+  CHECK(fired == 5);
+  CHECK(errors == 5);
+  server->join();
+  CHECK(acceptFired == 1);
+  int before = fired;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(fired == before);
+  // After join, operations fail at once instead of hanging.
+  CHECK(writeSync(*pipe, Message(), std::chrono::seconds(5)));
+  auto late = client->connect(listener->url("tcp"));
+  CHECK(writeSync(*late, Message(), std::chrono::seconds(5)).isOfType<ContextClosedError>());
+}
