@@ -21,6 +21,8 @@ void Pipe::write(Message message, write_callback_fn fn) {
 
 const std::string& Pipe::getRemoteName() { return remoteName_; }
 
+PipeInfo Pipe::info() const { return core_->info(); }
+
 void Pipe::close() { core_->close(ACTORPIPE_ERROR(PipeClosedError)); }
 
 } // namespace actorpipe

@@ -7,6 +7,7 @@
 // one kind (write, readDescriptor, read) fire in the order of the calls; every
 // callback fires exactly once, with an Error if the operation failed.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,16 @@ namespace actorpipe {
 namespace detail {
 class PipeCore;
 }
+
+// What a pipe's handshake chose (an actorpipe extension, for logs, demos
+// and benchmarks).
+struct PipeInfo {
+  bool established{false};
+  std::string transport;                        // as registered: "tcp"
+  std::map<std::string, std::string> channels;  // device type -> channel
+  std::string peerAddress;                      // "127.0.0.1:41234"
+  std::string remoteName;                       // the peer context's name
+};
 
 class Pipe final {
  public:
@@ -45,6 +56,9 @@ class Pipe final {
   // The peer's context name (accepting side) or PipeOptions::remoteName
   // (connecting side), as in TensorPipe.
   const std::string& getRemoteName();
+
+  // Empty until the handshake completes (established == false).
+  PipeInfo info() const;
 
   // Fails every pending operation with PipeClosedError. Idempotent.
   void close();

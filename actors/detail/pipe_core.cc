@@ -267,6 +267,7 @@ void PipeCore::startConnector(const std::string& url) {
 void PipeCore::onWelcome(const uint8_t* body, size_t length) {
   wire::Welcome welcome;
   if (auto error = wire::decode(body, length, context_->limits(), welcome)) return fail(error);
+  remoteName_ = welcome.contextName;
   if (welcome.transport != transport_->name) {
     return fail(ACTORPIPE_ERROR(NegotiationError, "the peer chose transport '" + welcome.transport +
                                                       "' on a '" + transport_->name + "' connection"));
@@ -374,6 +375,14 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
 
 void PipeCore::establish() {
   state_ = State::kEstablished;
+  {
+    std::lock_guard<std::mutex> guard(infoMutex_);
+    info_.established = true;
+    info_.transport = transport_->name;
+    info_.channels = channels_;
+    info_.peerAddress = connection_->peerAddress();
+    info_.remoteName = remoteName_;
+  }
   for (auto& op : writes_) {
     if (!op->sent && !op->done) sendWrite(op);
   }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
 
   const caf::actor& actor() const { return actor_; }
   const std::string& remoteName() const { return remoteName_; }
+  // Any thread.
+  PipeInfo info() const {
+    std::lock_guard<std::mutex> guard(infoMutex_);
+    return info_;
+  }
 
   // Any thread: through the actor's mailbox.
   void write(Message message, Pipe::write_callback_fn fn);
@@ -136,6 +142,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   std::vector<uint8_t> frameBody_;
   wire::MessageFrame frame_;
   size_t dataReadsLeft_{0};
+
+  mutable std::mutex infoMutex_;
+  PipeInfo info_;
 };
 
 } // namespace actorpipe::detail

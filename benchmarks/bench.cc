@@ -1,0 +1,252 @@
+// actorpipe-bench: round-trip latency and bandwidth of a pipe between two
+// processes, in the manner of TensorPipe's benchmark_pipe. See
+// docs/benchmarks.md for how the figures there were produced.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/transports/uv/factory.h>
+
+#include "pingpong.h"
+
+using namespace actorpipe;
+using namespace actorpipe::bench;
+
+namespace {
+
+struct Options {
+  std::string transport{"tcp"};
+  std::string channel{"basic"};
+  std::string listen{"127.0.0.1"};
+  Shape shape;
+  int iterations{1000};
+  int warmup{100};
+  bool json{false};
+  bool sweep{false};
+  std::string svg;
+  bool pin{true};
+  bool verify{false};
+  int pollUs{-1};
+};
+
+const std::map<std::string, std::function<std::shared_ptr<transport::Context>()>> kTransports{
+    {"tcp", [] { return transport::uv::create(); }},
+    {"uv", [] { return transport::uv::create(); }},
+};
+const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> kChannels{
+    {"basic", [] { return channel::basic::create(); }},
+};
+
+void usage() {
+  std::fprintf(stderr,
+      "usage: actorpipe-bench [pipe] [options]\n"
+      "  --transport NAME     tcp (alias uv)                        [tcp]\n"
+      "  --channel NAME       basic                                 [basic]\n"
+      "  --listen HOST        address the server binds              [127.0.0.1]\n"
+      "  --metadata-size N    bytes of metadata per message         [8]\n"
+      "  --payloads N --payload-size N                              [0, 0]\n"
+      "  --tensors N --tensor-size N                                [0, 0]\n"
+      "  --iterations N       measured round trips                  [1000]\n"
+      "  --warmup N           round trips before measuring          [100]\n"
+      "  --sweep              tensor sizes 1 KiB .. 64 MiB (x4)\n"
+      "  --svg FILE           with --sweep: plot GB/s against size\n"
+      "  --json               machine-readable output on stdout\n"
+      "  --verify             compare every echoed byte\n"
+      "  --poll-us N          event-loop polling window after activity [200]\n"
+      "  --no-pin             do not pin server and client to CPUs 0 and 1\n");
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() -> long long { return std::stoll(value()); };
+    if (a == "pipe") continue;
+    else if (a == "--transport") o.transport = value();
+    else if (a == "--channel") o.channel = value();
+    else if (a == "--listen") o.listen = value();
+    else if (a == "--metadata-size") o.shape.metadataSize = number();
+    else if (a == "--payloads") o.shape.payloads = static_cast<int>(number());
+    else if (a == "--payload-size") o.shape.payloadSize = number();
+    else if (a == "--tensors") o.shape.tensors = static_cast<int>(number());
+    else if (a == "--tensor-size") o.shape.tensorSize = number();
+    else if (a == "--iterations") o.iterations = static_cast<int>(number());
+    else if (a == "--warmup") o.warmup = static_cast<int>(number());
+    else if (a == "--sweep") o.sweep = true;
+    else if (a == "--svg") o.svg = value();
+    else if (a == "--json") o.json = true;
+    else if (a == "--verify") o.verify = true;
+    else if (a == "--no-pin") o.pin = false;
+    else if (a == "--poll-us") o.pollUs = static_cast<int>(number());
+    else if (a == "-h" || a == "--help") return false;
+    else throw std::invalid_argument("unknown option " + a);
+  }
+  if (!kTransports.count(o.transport)) throw std::invalid_argument("unknown transport " + o.transport);
+  if (!kChannels.count(o.channel)) throw std::invalid_argument("unknown channel " + o.channel);
+  return true;
+}
+
+std::string humanSize(size_t n) {
+  if (n >= (1u << 20) && n % (1u << 20) == 0) return std::to_string(n >> 20) + " MiB";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " B";
+}
+
+struct Point {
+  size_t size;
+  Stats stats;
+};
+
+void writeSvg(const std::string& path, const std::vector<Point>& points, const std::string& title) {
+  const double W = 640, H = 400, L = 70, R = 20, T = 40, B = 60;
+  double maxY = 0.1;
+  for (const auto& p : points) maxY = std::max(maxY, p.stats.gigabytesPerSecond);
+  maxY = std::ceil(maxY);
+  double minX = std::log2(double(points.front().size)), maxX = std::log2(double(points.back().size));
+  auto x = [&](size_t s) { return L + (std::log2(double(s)) - minX) / std::max(1.0, maxX - minX) * (W - L - R); };
+  auto y = [&](double g) { return H - B - g / maxY * (H - T - B); };
+  std::ostringstream svg;
+  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << W / 2 << "' y='22' text-anchor='middle' font-size='14'>" << title << "</text>\n"
+      << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B << "' stroke='black'/>\n"
+      << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='black'/>\n";
+  for (int i = 0; i <= 4; ++i) {
+    double g = maxY * i / 4;
+    svg << "<line x1='" << L - 4 << "' y1='" << y(g) << "' x2='" << W - R << "' y2='" << y(g)
+        << "' stroke='#ddd'/><text x='" << L - 8 << "' y='" << y(g) + 4 << "' text-anchor='end'>" << g << "</text>\n";
+  }
+  for (const auto& p : points) {
+    svg << "<text x='" << x(p.size) << "' y='" << H - B + 18 << "' text-anchor='middle'>" << humanSize(p.size) << "</text>\n";
+  }
+  svg << "<text x='" << W / 2 << "' y='" << H - 15 << "' text-anchor='middle'>tensor size</text>\n"
+      << "<text x='18' y='" << H / 2 << "' transform='rotate(-90 18 " << H / 2 << ")' text-anchor='middle'>GB/s per direction (median)</text>\n"
+      << "<polyline fill='none' stroke='#1f77b4' stroke-width='2' points='";
+  for (const auto& p : points) svg << x(p.size) << "," << y(p.stats.gigabytesPerSecond) << " ";
+  svg << "'/>\n";
+  for (const auto& p : points) {
+    svg << "<circle cx='" << x(p.size) << "' cy='" << y(p.stats.gigabytesPerSecond) << "' r='3' fill='#1f77b4'/>\n";
+  }
+  svg << "</svg>\n";
+  std::ofstream(path) << svg.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    if (!parse(argc, argv, o)) {
+      usage();
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "actorpipe-bench: %s\n", e.what());
+    usage();
+    return 2;
+  }
+  auto makeContext = [&o](const std::string& name) {
+    ContextOptions options;
+    options.name(name);
+    if (o.pollUs >= 0) options.pollWindow(std::chrono::microseconds(o.pollUs));
+    auto context = std::make_shared<Context>(options);
+    context->registerTransport(0, o.transport, kTransports.at(o.transport)());
+    context->registerChannel(0, o.channel, kChannels.at(o.channel)());
+    return context;
+  };
+  std::vector<Shape> shapes;
+  if (o.sweep) {
+    for (size_t size = 1024; size <= (64u << 20); size *= 4) {
+      Shape s = o.shape;
+      s.tensors = 1;
+      s.tensorSize = size;
+      shapes.push_back(s);
+    }
+  } else {
+    shapes.push_back(o.shape);
+  }
+  // Server on CPU 0, client on CPU 1, as TensorPipe's figures were taken.
+  Server server = forkEchoServer(o.transport + "://" + o.listen, 1, o.pin ? 0 : -1,
+                                 [&] { return makeContext("bench-server"); });
+  if (server.url.empty()) {
+    std::fprintf(stderr, "actorpipe-bench: the server did not start\n");
+    return 1;
+  }
+  if (o.pin) pinToCpu(1);
+  bool tty = ::isatty(2);
+  std::vector<Point> points;
+  std::string negotiated;
+  int rc = 0;
+  {
+    auto context = makeContext("bench-client");
+    auto pipe = context->connect(server.url);
+    for (const auto& shape : shapes) {
+      int iterations = o.iterations, warmup = o.warmup;
+      if (o.sweep) {  // keep each point to about a second at a few GB/s
+        size_t bytes = std::max<size_t>(shape.bytes(), 1);
+        iterations = static_cast<int>(std::clamp<size_t>((size_t(2) << 30) / bytes, 10, size_t(o.iterations)));
+        warmup = std::max(2, std::min(o.warmup, iterations / 10));
+      }
+      auto progress = [&](int done) {
+        if (tty) std::fprintf(stderr, "\r  %-40s %6d/%d round trips", shape.describe().c_str(), done, iterations + warmup);
+      };
+      Stats stats = measure(*pipe, shape, warmup, iterations, o.verify, progress);
+      if (tty) std::fprintf(stderr, "\r%80s\r", "");
+      if (!stats.error.empty()) {
+        std::fprintf(stderr, "actorpipe-bench: %s\n", stats.error.c_str());
+        rc = 1;
+        break;
+      }
+      points.push_back({shape.tensorSize, stats});
+      if (negotiated.empty()) {
+        PipeInfo info = pipe->info();
+        negotiated = info.transport;
+        for (const auto& c : info.channels) negotiated += " + " + c.first + "->" + c.second;
+      }
+      if (!o.json) {
+        std::printf("%-50s p50 %9.1f us  p90 %9.1f us  p99 %9.1f us  %7.3f GB/s per direction\n",
+                    shape.describe().c_str(), stats.p50, stats.p90, stats.p99, stats.gigabytesPerSecond);
+        std::fflush(stdout);
+      }
+    }
+    pipe.reset();
+    context->join();
+  }
+  int serverRc = waitServer(server);
+  if (serverRc != 0) {
+    std::fprintf(stderr, "actorpipe-bench: the server exited with %d\n", serverRc);
+    rc = 1;
+  }
+  if (o.json) {
+    std::printf("{\"transport\": \"%s\", \"channel\": \"%s\", \"negotiated\": \"%s\", \"pinned\": %s, \"results\": [",
+                o.transport.c_str(), o.channel.c_str(), negotiated.c_str(), o.pin ? "true" : "false");
+    for (size_t i = 0; i < points.size(); ++i) {
+      const auto& p = points[i];
+      std::printf("%s\n  {\"shape\": \"%s\", \"bytes\": %zu, \"round_trips\": %zu, \"p50_us\": %.2f, "
+                  "\"p90_us\": %.2f, \"p99_us\": %.2f, \"gb_per_s\": %.4f}",
+                  i ? "," : "", shapes[i].describe().c_str(), shapes[i].bytes(), p.stats.roundTripsUs.size(),
+                  p.stats.p50, p.stats.p90, p.stats.p99, p.stats.gigabytesPerSecond);
+    }
+    std::printf("\n]}\n");
+  } else {
+    std::printf("negotiated: %s\n", negotiated.c_str());
+  }
+  if (!o.svg.empty() && points.size() > 1) {
+    writeSvg(o.svg, points, "actorpipe " + o.transport + " + " + o.channel + ": tensor ping-pong");
+    if (!o.json) std::printf("plot written to %s\n", o.svg.c_str());
+  }
+  return rc;
+}

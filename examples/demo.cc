@@ -1,0 +1,74 @@
+// actorpipe-demo: two processes exchange messages with payloads and tensors
+// over a pipe, check every byte, and report what the pipe chose and how
+// fast it went. The main job of README.md.
+#include <cstdio>
+
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/transports/uv/factory.h>
+
+#include "../benchmarks/pingpong.h"
+
+using namespace actorpipe;
+using namespace actorpipe::bench;
+
+int main() {
+  auto makeContext = [](const std::string& name) {
+    auto context = std::make_shared<Context>(ContextOptions().name(name));
+    context->registerTransport(0, "tcp", transport::uv::create());
+    context->registerChannel(0, "basic", channel::basic::create());
+    return context;
+  };
+  std::printf("actorpipe demo: starting a second process to echo messages...\n");
+  Server server = forkEchoServer("tcp://127.0.0.1:0", 1, 0, [&] { return makeContext("demo-server"); });
+  if (server.url.empty()) {
+    std::fprintf(stderr, "the echo process did not start\n");
+    return 1;
+  }
+  pinToCpu(1);
+  int rc = 0;
+  {
+    auto context = makeContext("demo-client");
+    auto pipe = context->connect(server.url);
+    std::printf("connected to %s (pid %d)\n\n", server.url.c_str(), server.pid);
+
+    struct Step {
+      const char* what;
+      Shape shape;
+      int warmup, iterations;
+      bool verify;
+    };
+    const Step steps[] = {
+        {"mixed message, every byte checked", {64, 4, 4096, 4, 1 << 20}, 2, 20, true},
+        {"latency, 8-byte metadata", {8, 0, 0, 0, 0}, 200, 2000, false},
+        {"latency, 1 KiB tensor", {8, 0, 0, 1, 1024}, 200, 2000, false},
+        {"bandwidth, 16 MiB tensor", {8, 0, 0, 1, 16 << 20}, 3, 30, true},
+        {"bandwidth, 64 MiB tensor", {8, 0, 0, 1, 64 << 20}, 2, 10, false},
+    };
+    for (const auto& step : steps) {
+      Stats s = measure(*pipe, step.shape, step.warmup, step.iterations, step.verify);
+      if (!s.error.empty()) {
+        std::fprintf(stderr, "%s: %s\n", step.what, s.error.c_str());
+        rc = 1;
+        break;
+      }
+      if (&step == &steps[0]) {
+        PipeInfo info = pipe->info();
+        std::printf("negotiated: transport '%s'", info.transport.c_str());
+        for (const auto& c : info.channels) std::printf(", %s tensors on channel '%s'", c.first.c_str(), c.second.c_str());
+        std::printf(" (peer '%s' at %s)\n\n", info.remoteName.c_str(), info.peerAddress.c_str());
+        std::printf("%-36s %10s %10s %10s %14s\n", "round trips", "p50 us", "p90 us", "p99 us", "GB/s per dir");
+      }
+      std::printf("%-36s %10.1f %10.1f %10.1f %14.3f%s\n", step.what, s.p50, s.p90, s.p99,
+                  s.gigabytesPerSecond, step.verify ? "  (verified)" : "");
+    }
+    pipe.reset();
+    context->join();
+  }
+  int serverRc = waitServer(server);
+  if (serverRc != 0) {
+    std::fprintf(stderr, "the echo process exited with %d\n", serverRc);
+    rc = 1;
+  }
+  std::printf("\n%s\n", rc == 0 ? "demo finished: all data verified" : "demo FAILED");
+  return rc;
+}
