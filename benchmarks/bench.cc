@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/transports/uv/factory.h>
 
 #include "pingpong.h"
@@ -39,19 +40,23 @@ struct Options {
   int pollUs{-1};
 };
 
+size_t kMptLanes = 2;
+
 const std::map<std::string, std::function<std::shared_ptr<transport::Context>()>> kTransports{
     {"tcp", [] { return transport::uv::create(); }},
     {"uv", [] { return transport::uv::create(); }},
 };
 const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> kChannels{
     {"basic", [] { return channel::basic::create(); }},
+    {"mpt", [] { return channel::mpt::create(kMptLanes, "127.0.0.1"); }},
 };
 
 void usage() {
   std::fprintf(stderr,
       "usage: actorpipe-bench [pipe] [options]\n"
       "  --transport NAME     tcp (alias uv)                        [tcp]\n"
-      "  --channel NAME       basic                                 [basic]\n"
+      "  --channel NAME       basic, mpt                            [basic]\n"
+      "  --lanes N            mpt lanes                             [2]\n"
       "  --listen HOST        address the server binds              [127.0.0.1]\n"
       "  --metadata-size N    bytes of metadata per message         [8]\n"
       "  --payloads N --payload-size N                              [0, 0]\n"
@@ -91,6 +96,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--no-pin") o.pin = false;
     else if (a == "--poll-us") o.pollUs = static_cast<int>(number());
+    else if (a == "--lanes") kMptLanes = static_cast<size_t>(number());
     else if (a == "-h" || a == "--help") return false;
     else throw std::invalid_argument("unknown option " + a);
   }

@@ -3,11 +3,31 @@
 // pipe, for some device types. A channel is chosen per device type during the
 // pipe's handshake, from those both peers registered with the same domain
 // descriptor (see docs/architecture.md, "Negotiation").
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/error.h>
+
 namespace actorpipe::channel {
+
+// One end of an out-of-band channel inside one pipe: an ordered stream of
+// buffers to the other end. The pipe calls it from its loop thread, in
+// message order; callbacks may come from any thread.
+class Endpoint {
+ public:
+  using done_fn = std::function<void(const Error&)>;
+  virtual ~Endpoint() = default;
+  // Starts moving `length` bytes at `ptr` to the peer. Returns what the peer
+  // needs to receive them (it travels in the message frame; may be empty).
+  virtual std::string send(const void* ptr, size_t length, done_fn done) = 0;
+  // Receives the next buffer the peer sent, into `ptr`.
+  virtual void recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) = 0;
+  // Fails pending and later operations with `reason`.
+  virtual void close(const Error& reason) = 0;
+};
 
 class Context {
  public:
@@ -28,6 +48,18 @@ class Context {
   // message frame on the pipe's own connection (no extra sockets, no extra
   // round trip). Out-of-band channels move the bytes themselves.
   virtual bool sendsInline() const = 0;
+  // Out-of-band channels make one endpoint per pipe. The accepting side
+  // makes it first and fills `setup` with what the connecting side needs
+  // (it travels in the welcome frame); an error means the channel cannot
+  // serve this pipe.
+  virtual std::shared_ptr<Endpoint> acceptEndpoint(std::string& setup, Error& error) {
+    error = ACTORPIPE_ERROR(LogicError, "this channel has no endpoints");
+    return nullptr;
+  }
+  virtual std::shared_ptr<Endpoint> connectEndpoint(const std::string& setup, Error& error) {
+    error = ACTORPIPE_ERROR(LogicError, "this channel has no endpoints");
+    return nullptr;
+  }
 };
 
 } // namespace actorpipe::channel

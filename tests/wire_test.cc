@@ -49,11 +49,13 @@ TEST_CASE("hello and welcome round-trip") {
   REQUIRE(out.channels.size() == 1);
   CHECK(out.channels[0].priority == -2);
   CHECK(out.channels[0].deviceTypes == std::vector<std::string>{"cpu"});
-  Welcome w{"srv", "tcp", {{"cpu", "basic"}}};
+  Welcome w{"srv", "tcp", {{"cpu", "basic"}}, {{"mpt", "lane setup"}}};
   body = encode(w);
   Welcome wout;
   REQUIRE(!decode(bytes(body), body.size(), Limits(), wout));
   CHECK(wout.channels[0].second == "basic");
+  REQUIRE(wout.setups.size() == 1);
+  CHECK(wout.setups[0].second == "lane setup");
 }
 
 TEST_CASE("every truncation of a frame is a protocol error") {

@@ -66,6 +66,9 @@ PipeCore::~PipeCore() {
   if (connection_) {
     connection_->close(ACTORPIPE_ERROR(PipeClosedError));
   }
+  for (auto& e : endpoints_) {
+    e.second->close(ACTORPIPE_ERROR(PipeClosedError));
+  }
   if (actor_) {
     caf::anon_send_exit(actor_, caf::exit_reason::normal);
   }
@@ -280,6 +283,17 @@ void PipeCore::onWelcome(const uint8_t* body, size_t length) {
     }
     channels_[choice.first] = choice.second;
     caf::anon_send(actor_, watch_atom::value, entry->actor);
+    if (!entry->context->sendsInline() && !endpoints_.count(choice.second)) {
+      auto setup = std::find_if(welcome.setups.begin(), welcome.setups.end(),
+                                [&](const auto& s) { return s.first == choice.second; });
+      if (setup == welcome.setups.end()) {
+        return fail(ACTORPIPE_ERROR(ProtocolError, "no setup for channel '" + choice.second + "'"));
+      }
+      Error error;
+      auto endpoint = entry->context->connectEndpoint(setup->second, error);
+      if (!endpoint) return fail(error);
+      endpoints_[choice.second] = std::move(endpoint);
+    }
   }
   establish();
 }
@@ -355,8 +369,27 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
   for (const auto& c : chosen) {
     welcome.channels.emplace_back(c.first, c.second);
     channels_[c.first] = c.second;
-    if (auto entry = context_->channel(c.second)) {
-      caf::anon_send(actor_, watch_atom::value, entry->actor);
+    auto entry = context_->channel(c.second);
+    if (!entry) continue;
+    caf::anon_send(actor_, watch_atom::value, entry->actor);
+    if (!entry->context->sendsInline() && !endpoints_.count(c.second)) {
+      std::string setup;
+      Error error;
+      auto endpoint = entry->context->acceptEndpoint(setup, error);
+      if (!endpoint) {
+        // Tell the peer, so both sides fail with the same reason.
+        reason = "channel '" + c.second + "' cannot serve this pipe: " + error.what();
+        state_ = State::kClosed;
+        auto rejectBody = wire::encode(wire::Reject{reason});
+        auto frame = std::make_shared<std::string>(
+            wire::encodeHeader(wire::FrameType::kReject, rejectBody.size()) + rejectBody);
+        connection_->write(frame->data(), frame->size(), [self, frame, reason](const Error&) {
+          self->fail(ACTORPIPE_ERROR(NegotiationError, reason));
+        });
+        return;
+      }
+      endpoints_[c.second] = std::move(endpoint);
+      welcome.setups.emplace_back(c.second, setup);
     }
   }
   auto welcomeBody = wire::encode(welcome);
@@ -405,10 +438,18 @@ void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
   }
 }
 
-Error PipeCore::buildFrame(WriteOp& op, std::vector<transport::Slice>& slices) {
+channel::Endpoint* PipeCore::endpointFor(const std::string& channel) const {
+  auto it = endpoints_.find(channel);
+  return it == endpoints_.end() ? nullptr : it->second.get();
+}
+
+// Checks the message and describes it; sends nothing, so a message that
+// fails here leaves no trace on the wire.
+Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame,
+                           std::vector<transport::Slice>& inlineData,
+                           std::vector<OutOfBand>& outOfBand) {
   const Message& m = op.message;
   const Limits& limits = context_->limits();
-  wire::MessageFrame frame;
   frame.descriptor.metadata = m.metadata;
   size_t total = 0;
   for (size_t i = 0; i < m.payloads.size(); ++i) {
@@ -421,8 +462,8 @@ Error PipeCore::buildFrame(WriteOp& op, std::vector<transport::Slice>& slices) {
     }
     total += p.length;
     frame.descriptor.payloads.push_back({p.length, p.metadata});
+    inlineData.push_back({p.data, p.length});
   }
-  std::vector<const void*> tensorData;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const auto& t = m.tensors[i];
     Device device = t.buffer.device();
@@ -445,29 +486,40 @@ Error PipeCore::buildFrame(WriteOp& op, std::vector<transport::Slice>& slices) {
       return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " has a length but no memory");
     }
     total += t.length;
-    tensorData.push_back(ptr);
     frame.descriptor.tensors.push_back({t.length, device, t.targetDevice, t.metadata});
-    frame.routes.push_back({it->second, true, std::string()});
+    channel::Endpoint* endpoint = endpointFor(it->second);
+    frame.routes.push_back({it->second, endpoint == nullptr, std::string()});
+    if (endpoint == nullptr) {
+      inlineData.push_back({ptr, t.length});
+    } else if (t.length > 0) {
+      outOfBand.push_back({endpoint, i, ptr, t.length});
+    }
   }
   if (total > limits.maxMessageSize) {
     return ACTORPIPE_ERROR(LimitExceededError, "message", total, limits.maxMessageSize);
   }
-  std::string body = wire::encode(frame);
-  if (body.size() > limits.maxFrameSize) {
-    return ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body.size(), limits.maxFrameSize);
-  }
-  op.frame = wire::encodeHeader(wire::FrameType::kMessage, body.size());
-  op.frame += body;
-  slices.push_back({op.frame.data(), op.frame.size()});
-  for (const auto& p : m.payloads) slices.push_back({p.data, p.length});
-  for (size_t i = 0; i < m.tensors.size(); ++i) slices.push_back({tensorData[i], m.tensors[i].length});
   return Error();
 }
 
+// A write is done when its frame (with inline data) is on the wire and every
+// out-of-band channel has moved its tensors. Out-of-band sends are issued
+// here, in message order, which is the order the peer's reads expect.
 void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
   op->sent = true;
-  std::vector<transport::Slice> slices;
-  if (auto error = buildFrame(*op, slices)) {
+  wire::MessageFrame frame;
+  std::vector<transport::Slice> inlineData;
+  std::vector<OutOfBand> outOfBand;
+  Error error = buildFrame(*op, frame, inlineData, outOfBand);
+  std::string body;
+  if (!error) {
+    body = wire::encode(frame);
+    // Checked before any send starts; descriptors add only a few bytes.
+    if (body.size() + 64 * outOfBand.size() > context_->limits().maxFrameSize) {
+      error = ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body.size(),
+                              context_->limits().maxFrameSize);
+    }
+  }
+  if (error) {
     // Nothing reached the wire: this write fails, the pipe carries on.
     op->done = true;
     op->error = error;
@@ -475,12 +527,31 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
     return;
   }
   auto self = shared_from_this();
-  connection_->write(std::move(slices), [self, op](const Error& e) {
+  op->pending = 1 + outOfBand.size();
+  auto complete = [self, op](const Error& e) {
     if (op->done) return;  // the pipe failed first and reported it
     if (e) return self->fail(e);
-    op->done = true;
-    self->flushWrites();
-  });
+    if (--op->pending == 0) {
+      op->done = true;
+      self->flushWrites();
+    }
+  };
+  if (!outOfBand.empty()) {
+    for (const auto& o : outOfBand) {
+      frame.routes[o.route].channelDescriptor =
+          o.endpoint->send(o.ptr, o.length, [self, complete](const Error& e) {
+            self->loop_->post([complete, e] { complete(e); });
+          });
+    }
+    body = wire::encode(frame);
+  }
+  op->frame = wire::encodeHeader(wire::FrameType::kMessage, body.size());
+  op->frame += body;
+  std::vector<transport::Slice> slices;
+  slices.reserve(1 + inlineData.size());
+  slices.push_back({op->frame.data(), op->frame.size()});
+  slices.insert(slices.end(), inlineData.begin(), inlineData.end());
+  connection_->write(std::move(slices), complete);
 }
 
 // Callbacks fire in call order even when a later write fails early.
@@ -540,7 +611,8 @@ void PipeCore::onFrame() {
   for (size_t i = 0; i < frame_.routes.size(); ++i) {
     const auto& route = frame_.routes[i];
     auto it = channels_.find(frame_.descriptor.tensors[i].sourceDevice.type);
-    if (it == channels_.end() || it->second != route.channel || !route.inlineData) {
+    bool outOfBand = endpointFor(route.channel) != nullptr;
+    if (it == channels_.end() || it->second != route.channel || route.inlineData == outOfBand) {
       return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) +
                                                      " arrives on channel '" + route.channel +
                                                      "', which this pipe did not negotiate"));
@@ -596,13 +668,26 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
   }
   readState_ = ReadState::kReadingData;
   const Descriptor& d = frame_.descriptor;
-  std::vector<std::pair<void*, size_t>> regions;
+  // Inline bytes come off the connection in stream order; out-of-band
+  // tensors come from their channel's endpoint.
+  struct Region {
+    void* ptr;
+    size_t length;
+    channel::Endpoint* endpoint;
+    const std::string* descriptor;
+  };
+  std::vector<Region> regions;
   for (size_t i = 0; i < d.payloads.size(); ++i) {
-    if (d.payloads[i].length > 0) regions.emplace_back(allocation.payloads[i].data, d.payloads[i].length);
+    if (d.payloads[i].length > 0) {
+      regions.push_back({allocation.payloads[i].data, d.payloads[i].length, nullptr, nullptr});
+    }
   }
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     if (d.tensors[i].length > 0) {
-      regions.emplace_back(allocation.tensors[i].buffer.unwrap<CpuBuffer>().ptr, d.tensors[i].length);
+      const auto& route = frame_.routes[i];
+      regions.push_back({allocation.tensors[i].buffer.unwrap<CpuBuffer>().ptr, d.tensors[i].length,
+                         route.inlineData ? nullptr : endpointFor(route.channel),
+                         &route.channelDescriptor});
     }
   }
   auto self = shared_from_this();
@@ -617,12 +702,19 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     finish();
     return;
   }
+  auto complete = [self, op, finish](const Error& e) {
+    if (e) return self->fail(e);
+    if (op->done) return;
+    if (--self->dataReadsLeft_ == 0) finish();
+  };
   for (const auto& region : regions) {
-    connection_->read(region.first, region.second, [self, op, finish](const Error& e) {
-      if (e) return self->fail(e);
-      if (op->done) return;
-      if (--self->dataReadsLeft_ == 0) finish();
-    });
+    if (region.endpoint == nullptr) {
+      connection_->read(region.ptr, region.length, complete);
+    } else {
+      region.endpoint->recv(*region.descriptor, region.ptr, region.length, [self, complete](const Error& e) {
+        self->loop_->post([complete, e] { complete(e); });
+      });
+    }
   }
 }
 
@@ -645,6 +737,9 @@ void PipeCore::fail(Error error) {
   state_ = State::kClosed;
   if (connection_) {
     connection_->close(error_);
+  }
+  for (auto& e : endpoints_) {
+    e.second->close(error_);
   }
   for (auto& op : writes_) {
     if (!op->done) {

@@ -20,6 +20,10 @@
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/transports/context.h>
 
+namespace actorpipe::channel {
+class Endpoint;
+}
+
 namespace actorpipe::detail {
 
 class ContextCore;
@@ -89,9 +93,17 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     Message message;
     Pipe::write_callback_fn fn;
     std::string frame;
+    size_t pending{0};  // the frame's write plus each out-of-band send
     bool sent{false};
     bool done{false};
     Error error;
+  };
+  // A tensor that an out-of-band channel moves.
+  struct OutOfBand {
+    channel::Endpoint* endpoint;
+    size_t route;
+    const void* ptr;
+    size_t length;
   };
   struct ReadOp {
     Pipe::read_callback_fn fn;
@@ -109,7 +121,10 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void establish();
 
   void sendWrite(const std::shared_ptr<WriteOp>& op);
-  Error buildFrame(WriteOp& op, std::vector<transport::Slice>& slices);
+  Error buildFrame(const WriteOp& op, wire::MessageFrame& frame,
+                   std::vector<transport::Slice>& inlineData, std::vector<OutOfBand>& outOfBand);
+  channel::Endpoint* endpointFor(const std::string& channel) const;
+  void closeEndpoints();
   void flushWrites();
 
   void advanceReads();
@@ -131,7 +146,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   ready_fn ready_;
   // device type -> channel chosen in the handshake
   std::map<std::string, std::string> channels_;
-  std::vector<caf::actor> watchedChannels_;
+  // channel name -> this pipe's endpoint, for out-of-band channels
+  std::map<std::string, std::shared_ptr<channel::Endpoint>> endpoints_;
 
   std::deque<std::shared_ptr<WriteOp>> writes_;
 

@@ -192,6 +192,11 @@ std::string encode(const Welcome& welcome) {
     w.str(c.first);
     w.str(c.second);
   }
+  w.u32(static_cast<uint32_t>(welcome.setups.size()));
+  for (const auto& c : welcome.setups) {
+    w.str(c.first);
+    w.str(c.second);
+  }
   return w.take();
 }
 
@@ -243,6 +248,12 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& 
   for (auto& c : out.channels) {
     c.first = r.str("device type");
     c.second = r.str("channel");
+  }
+  uint32_t m = r.count(8, 64, "channel setup");
+  out.setups.resize(m);
+  for (auto& c : out.setups) {
+    c.first = r.str("channel");
+    c.second = r.str("channel setup");
   }
   return r.finish("welcome");
 }

@@ -55,6 +55,8 @@ struct Welcome {
   std::string transport;
   // device type -> channel name
   std::vector<std::pair<std::string, std::string>> channels;
+  // channel name -> what its connecting endpoint needs (out-of-band channels)
+  std::vector<std::pair<std::string, std::string>> setups;
 };
 
 struct Reject {

@@ -16,10 +16,13 @@ namespace testing {
 
 using namespace actorpipe;
 
-std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions options) {
+std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions options, bool withMpt) {
   auto context = std::make_shared<Context>(options.name(name));
   context->registerTransport(0, "tcp", transport::uv::create());
   context->registerChannel(0, "basic", channel::basic::create());
+  if (withMpt) {
+    context->registerChannel(10, "mpt", channel::mpt::create(3, "127.0.0.1"));
+  }
   return context;
 }
 
@@ -214,8 +217,8 @@ std::shared_ptr<Pipe> acceptSync(Listener& listener, Error* error, std::chrono::
   return r.second;
 }
 
-int echoServer(Child& self, int pipes) {
-  auto context = makeContext("echo-server");
+int echoServer(Child& self, int pipes, bool withMpt) {
+  auto context = makeContext("echo-server", ContextOptions(), withMpt);
   auto listener = context->listen({"tcp://127.0.0.1:0"});
   self.send(listener->url("tcp"));
   std::vector<std::thread> threads;

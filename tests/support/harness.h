@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/runtime/context.h>
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/pipe.h>
@@ -32,8 +33,11 @@ namespace testing {
 
 using namespace std::chrono_literals;
 
+// uv registered as "tcp", basic as "basic"; with withMpt, also a 3-lane mpt
+// channel at a higher priority (so it carries CPU tensors when both have it).
 std::shared_ptr<actorpipe::Context> makeContext(const std::string& name = "test",
-                                                actorpipe::ContextOptions options = {});
+                                                actorpipe::ContextOptions options = {},
+                                                bool withMpt = false);
 
 // A forked child process running `body`; its return value is the exit code.
 // The child may send lines to the parent (a URL, say). The child is killed
@@ -100,7 +104,7 @@ std::shared_ptr<actorpipe::Pipe> acceptSync(actorpipe::Listener& listener,
 
 // Child body: listen on tcp://127.0.0.1:0, send the URL, then echo every
 // message of `pipes` accepted pipes back until each peer hangs up.
-int echoServer(Child& self, int pipes = 1);
+int echoServer(Child& self, int pipes = 1, bool withMpt = false);
 
 // A timeout sentinel for futures.
 template <typename T>
