@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs each pipe benchmark case REPEAT times (default 5) and prints the median
+# of the per-run medians, the table docs/benchmarks.md quotes.
+# usage: benchmarks/pipe_suite.sh [build-dir]
+set -euo pipefail
+build=${1:-build}
+bench=$build/benchmarks/actorpipe-bench
+repeat=${REPEAT:-5}
+cases=(
+  "uv+basic, 8 B metadata|--iterations 5000 --warmup 500"
+  "uv+basic, 8 B metadata, no polling|--iterations 2000 --warmup 200 --poll-us 0"
+  "uv+basic, 1 KiB payload|--payloads 1 --payload-size 1024 --iterations 5000 --warmup 500"
+  "uv+basic, 1 KiB tensor|--tensors 1 --tensor-size 1024 --iterations 5000 --warmup 500"
+  "uv+basic, 16 MiB tensor|--tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
+  "uv+basic, 64 MiB tensor|--tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "uv+mpt(2), 1 KiB tensor|--channel mpt --tensors 1 --tensor-size 1024 --iterations 5000 --warmup 500"
+  "uv+mpt(2), 64 MiB tensor|--channel mpt --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "uv+mpt(2), 64 MiB tensor, unpinned|--channel mpt --no-pin --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+)
+printf "%-42s %12s %12s %12s\n" "case" "p50 RTT us" "p99 RTT us" "GB/s/dir"
+for c in "${cases[@]}"; do
+  name=${c%%|*}
+  args=${c#*|}
+  for ((i = 0; i < repeat; i++)); do
+    # shellcheck disable=SC2086
+    "$bench" $args --json
+  done | python3 -c '
+import json, statistics, sys
+text, runs, pos, dec = sys.stdin.read(), [], 0, json.JSONDecoder()
+while True:
+    pos = text.find("{", pos)
+    if pos < 0: break
+    doc, pos = dec.raw_decode(text, pos)
+    runs.append(doc)
+r = [x["results"][0] for x in runs]
+med = lambda k: statistics.median(v[k] for v in r)
+print("%-42s %12.1f %12.1f %12.3f" % (sys.argv[1], med("p50_us"), med("p99_us"), med("gb_per_s")))
+' "$name"
+done
