@@ -79,6 +79,9 @@ class Context {
   // --- for actorpipe's core --------------------------------------------
   // The loop that runs this transport's handles, and every pipe built on it.
   virtual detail::Loop& loop() = 0;
+  // Runs the transport on its Context's loop; false if it already runs on
+  // one of its own (it was used before it was registered).
+  virtual bool adoptLoop(std::shared_ptr<detail::Loop> loop) = 0;
   // Fails every connection and listener with `reason`: what happens when the
   // transport's supervising actor goes down.
   virtual void shutdown(const Error& reason) = 0;

@@ -50,6 +50,8 @@ ContextCore::ContextCore(ContextOptions options) : options_(std::move(options)) 
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
   }
+  loop_ = std::make_shared<Loop>(options_.name().empty() ? "context" : options_.name());
+  loop_->setPollWindow(options_.pollWindow());
   if (options_.actorSystem() != nullptr) {
     system_ = options_.actorSystem();
   } else {
@@ -100,7 +102,10 @@ void ContextCore::registerTransport(int64_t priority, std::string name,
   if (transports_.count(name)) {
     throw std::invalid_argument("registerTransport: '" + name + "' is already registered");
   }
-  context->loop().setPollWindow(options_.pollWindow());
+  // A transport used before it was registered keeps the loop it has.
+  if (!context->adoptLoop(loop_)) {
+    context->loop().setPollWindow(options_.pollWindow());
+  }
   auto entry = std::make_shared<TransportEntry>();
   entry->name = name;
   entry->priority = priority;
@@ -275,6 +280,7 @@ void ContextCore::join() {
   for (auto& c : channels) {
     c.second->context->join();
   }
+  loop_->stop();
 }
 
 } // namespace actorpipe::detail

@@ -31,6 +31,7 @@ namespace actorpipe::detail {
 
 class PipeCore;
 class ListenerCore;
+class Loop;
 
 struct TransportEntry {
   std::string name;
@@ -90,6 +91,9 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::unique_ptr<caf::actor_system> ownSystem_;
   caf::actor_system* system_{nullptr};
   caf::actor supervisor_;
+  // Every transport registered here runs on this loop (if it can), and so
+  // does every pipe: one thread for the Context's I/O and pipe actors.
+  std::shared_ptr<Loop> loop_;
 
   mutable std::mutex mutex_;
   Error closed_;

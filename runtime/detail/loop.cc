@@ -2,6 +2,7 @@
 
 #include <uv.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -77,9 +78,49 @@ void Loop::drainQueue() {
   }
 }
 
+void Loop::addPoller(Poller* poller) { pollers_.push_back(poller); }
+
+void Loop::removePoller(Poller* poller) {
+  auto it = std::find(pollers_.begin(), pollers_.end(), poller);
+  if (it != pollers_.end()) {
+    pollers_.erase(it);
+  }
+}
+
+bool Loop::pollPollers() {
+  bool progress = false;
+  // By index: a poller's work may add or remove pollers.
+  for (size_t i = 0; i < pollers_.size(); ++i) {
+    progress = pollers_[i]->poll() || progress;
+  }
+  if (progress) {
+    noteActivity();
+  }
+  return progress;
+}
+
+bool Loop::prepareToSleep() {
+  preparedPollers_ = 0;
+  for (size_t i = 0; i < pollers_.size(); ++i) {
+    ++preparedPollers_;
+    if (!pollers_[i]->prepareToSleep()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Loop::awake() {
+  for (size_t i = 0; i < preparedPollers_ && i < pollers_.size(); ++i) {
+    pollers_[i]->awake();
+  }
+  preparedPollers_ = 0;
+}
+
 void Loop::run() {
   for (;;) {
     drainQueue();
+    pollPollers();
     bool empty;
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -102,9 +143,10 @@ void Loop::run() {
       std::lock_guard<std::mutex> guard(mutex_);
       empty = queue_.empty();
     }
-    if (empty) {
+    if (empty && prepareToSleep()) {
       uv_run(loop_, UV_RUN_ONCE);
     }
+    awake();
     sleeping_.store(false);
   }
   // Teardown has closed the users' handles; close ours and anything left, and

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 struct uv_loop_s;
 struct uv_async_s;
@@ -22,6 +23,19 @@ namespace actorpipe::detail {
 class Loop {
  public:
   using Task = std::function<void()>;
+
+  // Something the loop checks by polling rather than through epoll (a
+  // shared-memory ring, say). While the loop is busy it calls poll() on every
+  // turn; before it blocks, prepareToSleep() must arrange to be woken through
+  // an fd the loop watches (and return false if work is already there), and
+  // awake() undoes that when the loop resumes. Loop thread only.
+  class Poller {
+   public:
+    virtual ~Poller() = default;
+    virtual bool poll() = 0;  // true if it made progress
+    virtual bool prepareToSleep() = 0;
+    virtual void awake() = 0;
+  };
 
   explicit Loop(std::string name);
   ~Loop();
@@ -42,6 +56,10 @@ class Loop {
 
   void setPollWindow(std::chrono::microseconds window) { pollWindow_.store(window.count()); }
 
+  // Loop thread only.
+  void addPoller(Poller* poller);
+  void removePoller(Poller* poller);
+
   // Runs `teardown` on the loop (it must close every handle the loop's users
   // opened), then lets the loop finish and joins its thread. Idempotent.
   void stop(Task teardown = nullptr);
@@ -49,6 +67,9 @@ class Loop {
  private:
   void run();
   void drainQueue();
+  bool pollPollers();
+  bool prepareToSleep();
+  void awake();
   static void onAsync(uv_async_s* handle);
 
   std::string name_;
@@ -64,6 +85,8 @@ class Loop {
   std::atomic<bool> joined_{false};
   std::atomic<int64_t> pollWindow_{200};
   std::chrono::steady_clock::time_point lastActivity_{};
+  std::vector<Poller*> pollers_;
+  size_t preparedPollers_{0};
 };
 
 } // namespace actorpipe::detail

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/detail/loop_holder.h>
 #include <actorpipe/transports/uv/connection.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
@@ -67,12 +68,13 @@ class UvContext final : public Context, public std::enable_shared_from_this<UvCo
   void close() override { shutdown(ACTORPIPE_ERROR(ContextClosedError)); }
   void join() override {
     close();
-    loop_.stop();
+    loop_.stopIfOwned();
   }
-  detail::Loop& loop() override { return loop_; }
+  detail::Loop& loop() override { return loop_.get(); }
+  bool adoptLoop(std::shared_ptr<detail::Loop> loop) override { return loop_.adopt(std::move(loop)); }
 
   void shutdown(const Error& reason) override {
-    loop_.post([this, reason] {
+    loop().post([this, reason] {
       closed_ = reason;
       auto connections = std::move(connections_);
       auto listeners = std::move(listeners_);
@@ -106,7 +108,7 @@ class UvContext final : public Context, public std::enable_shared_from_this<UvCo
 
   std::string domain_{"tcp"};
   std::string id_{"uv"};
-  detail::Loop loop_;
+  actorpipe::detail::LoopHolder loop_;
   Error closed_;
   std::vector<std::weak_ptr<UvConnection>> connections_;
   size_t lastPruneSize_{0};
@@ -114,11 +116,11 @@ class UvContext final : public Context, public std::enable_shared_from_this<UvCo
 };
 
 std::shared_ptr<Connection> UvContext::connect(std::string addr) {
-  auto connection = std::make_shared<UvConnection>(loop_, addr);
+  auto connection = std::make_shared<UvConnection>(loop(), addr);
   SockAddr sa;
   Error error = parseAddress(addr, sa);  // may block on DNS: done on the caller's thread
   auto self = shared_from_this();
-  bool posted = loop_.post([self, connection, sa, error] {
+  bool posted = loop().post([self, connection, sa, error] {
     if (self->closed_) {
       connection->failConnect(self->closed_);
     } else if (error) {
@@ -135,12 +137,12 @@ std::shared_ptr<Connection> UvContext::connect(std::string addr) {
 }
 
 std::shared_ptr<Listener> UvContext::listen(std::string addr) {
-  auto listener = std::make_shared<UvListener>(*this, loop_);
+  auto listener = std::make_shared<UvListener>(*this, loop());
   SockAddr sa;
   Error error = parseAddress(addr, sa);
   std::promise<void> bound;
   auto self = shared_from_this();
-  bool posted = loop_.post([self, listener, sa, error, &bound] {
+  bool posted = loop().post([self, listener, sa, error, &bound] {
     if (self->closed_) {
       listener->failInLoop(self->closed_);
     } else if (error) {
