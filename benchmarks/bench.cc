@@ -16,6 +16,7 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
+#include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/uv/factory.h>
 
 #include "pingpong.h"
@@ -45,6 +46,7 @@ size_t kMptLanes = 2;
 const std::map<std::string, std::function<std::shared_ptr<transport::Context>()>> kTransports{
     {"tcp", [] { return transport::uv::create(); }},
     {"uv", [] { return transport::uv::create(); }},
+    {"shm", [] { return transport::shm::create(); }},
 };
 const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> kChannels{
     {"basic", [] { return channel::basic::create(); }},
@@ -54,10 +56,10 @@ const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> 
 void usage() {
   std::fprintf(stderr,
       "usage: actorpipe-bench [pipe] [options]\n"
-      "  --transport NAME     tcp (alias uv)                        [tcp]\n"
+      "  --transport NAME     tcp (alias uv), shm                   [tcp]\n"
       "  --channel NAME       basic, mpt                            [basic]\n"
       "  --lanes N            mpt lanes                             [2]\n"
-      "  --listen HOST        address the server binds              [127.0.0.1]\n"
+      "  --listen ADDRESS     address the server binds [127.0.0.1; for shm, autobind]\n"
       "  --metadata-size N    bytes of metadata per message         [8]\n"
       "  --payloads N --payload-size N                              [0, 0]\n"
       "  --tensors N --tensor-size N                                [0, 0]\n"
@@ -102,6 +104,7 @@ bool parse(int argc, char** argv, Options& o) {
   }
   if (!kTransports.count(o.transport)) throw std::invalid_argument("unknown transport " + o.transport);
   if (!kChannels.count(o.channel)) throw std::invalid_argument("unknown channel " + o.channel);
+  if (o.transport == "shm" && o.listen == "127.0.0.1") o.listen = "";
   return true;
 }
 

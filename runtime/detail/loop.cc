@@ -40,6 +40,7 @@ bool Loop::post(Task task) {
       return false;
     }
     queue_.push_back(std::move(task));
+    queued_.store(true, std::memory_order_release);
   }
   // The loop sets `sleeping_` before its last look at the queue, so either it
   // sees this task or we see it asleep and wake it (both sides are seq_cst).
@@ -53,14 +54,19 @@ void Loop::onAsync(uv_async_s* handle) {
   static_cast<Loop*>(handle->data)->noteActivity();
 }
 
-void Loop::drainQueue() {
+bool Loop::drainQueue() {
+  // Checked without the lock on every turn of a polling loop.
+  if (!queued_.load(std::memory_order_acquire)) {
+    return false;
+  }
   std::deque<Task> batch;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     batch.swap(queue_);
+    queued_.store(false, std::memory_order_relaxed);
   }
   if (batch.empty()) {
-    return;
+    return false;
   }
   noteActivity();
   for (auto& task : batch) {
@@ -76,6 +82,7 @@ void Loop::drainQueue() {
                    name_.c_str());
     }
   }
+  return true;
 }
 
 void Loop::addPoller(Poller* poller) { pollers_.push_back(poller); }
@@ -117,28 +124,37 @@ void Loop::awake() {
   preparedPollers_ = 0;
 }
 
+// One turn: run posted tasks, poll the pollers, look at the sockets. While
+// anything happened within the poll window the loop keeps turning; then it
+// arms the pollers' wake-ups and blocks in epoll.
 void Loop::run() {
+  unsigned idleTurns = 0;
   for (;;) {
-    drainQueue();
-    pollPollers();
-    bool empty;
-    {
+    bool worked = drainQueue();
+    worked = pollPollers() || worked;
+    if (stopping_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard(mutex_);
-      empty = queue_.empty();
-      if (empty && stopping_.load(std::memory_order_relaxed)) {
-        break;
-      }
+      if (queue_.empty()) break;
     }
-    if (!empty) {
+    if (worked) {
+      idleTurns = 0;
       uv_run(loop_, UV_RUN_NOWAIT);
       continue;
+    }
+    ++idleTurns;
+    // epoll is a system call: with pollers to watch, sockets get one turn in 8.
+    if (pollers_.empty() || idleTurns % 8 == 0) {
+      uv_run(loop_, UV_RUN_NOWAIT);
     }
     auto window = std::chrono::microseconds(pollWindow_.load(std::memory_order_relaxed));
-    if (window.count() > 0 && std::chrono::steady_clock::now() - lastActivity_ < window) {
-      uv_run(loop_, UV_RUN_NOWAIT);
-      continue;
+    if (window.count() > 0) {
+      // Reading the clock costs too: look at it one turn in 16.
+      if (idleTurns % 16 != 0 || std::chrono::steady_clock::now() - lastActivity_ < window) {
+        continue;
+      }
     }
     sleeping_.store(true);
+    bool empty;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       empty = queue_.empty();
@@ -148,6 +164,7 @@ void Loop::run() {
     }
     awake();
     sleeping_.store(false);
+    idleTurns = 0;
   }
   // Teardown has closed the users' handles; close ours and anything left, and
   // let libuv deliver the close callbacks.
@@ -169,6 +186,7 @@ void Loop::stop(Task teardown) {
     if (!stopping_.load(std::memory_order_relaxed)) {
       if (teardown) {
         queue_.push_back(std::move(teardown));
+        queued_.store(true, std::memory_order_release);
       }
       stopping_.store(true, std::memory_order_release);
     }

@@ -66,7 +66,7 @@ class Loop {
 
  private:
   void run();
-  void drainQueue();
+  bool drainQueue();
   bool pollPollers();
   bool prepareToSleep();
   void awake();
@@ -81,6 +81,7 @@ class Loop {
   std::mutex mutex_;
   std::deque<Task> queue_;
   std::atomic<bool> sleeping_{false};
+  std::atomic<bool> queued_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> joined_{false};
   std::atomic<int64_t> pollWindow_{200};

@@ -19,6 +19,7 @@ using namespace actorpipe;
 std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions options, bool withMpt) {
   auto context = std::make_shared<Context>(options.name(name));
   context->registerTransport(0, "tcp", transport::uv::create());
+  context->registerTransport(10, "shm", transport::shm::create());
   context->registerChannel(0, "basic", channel::basic::create());
   if (withMpt) {
     context->registerChannel(10, "mpt", channel::mpt::create(3, "127.0.0.1"));
@@ -217,10 +218,10 @@ std::shared_ptr<Pipe> acceptSync(Listener& listener, Error* error, std::chrono::
   return r.second;
 }
 
-int echoServer(Child& self, int pipes, bool withMpt) {
+int echoServer(Child& self, int pipes, bool withMpt, const std::string& listenUrl) {
   auto context = makeContext("echo-server", ContextOptions(), withMpt);
-  auto listener = context->listen({"tcp://127.0.0.1:0"});
-  self.send(listener->url("tcp"));
+  auto listener = context->listen({listenUrl});
+  self.send(listener->url(listenUrl.substr(0, listenUrl.find(':'))));
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
   for (int i = 0; i < pipes; ++i) {

@@ -20,6 +20,7 @@
 #include <actorpipe/runtime/context.h>
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/pipe.h>
+#include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/uv/factory.h>
 
 namespace actorpipe {
@@ -33,8 +34,9 @@ namespace testing {
 
 using namespace std::chrono_literals;
 
-// uv registered as "tcp", basic as "basic"; with withMpt, also a 3-lane mpt
-// channel at a higher priority (so it carries CPU tensors when both have it).
+// uv registered as "tcp", shm as "shm", basic as "basic"; with withMpt,
+// also a 3-lane mpt channel at a higher priority (so it carries CPU tensors
+// when both have it).
 std::shared_ptr<actorpipe::Context> makeContext(const std::string& name = "test",
                                                 actorpipe::ContextOptions options = {},
                                                 bool withMpt = false);
@@ -104,7 +106,8 @@ std::shared_ptr<actorpipe::Pipe> acceptSync(actorpipe::Listener& listener,
 
 // Child body: listen on tcp://127.0.0.1:0, send the URL, then echo every
 // message of `pipes` accepted pipes back until each peer hangs up.
-int echoServer(Child& self, int pipes = 1, bool withMpt = false);
+int echoServer(Child& self, int pipes = 1, bool withMpt = false,
+               const std::string& listenUrl = "tcp://127.0.0.1:0");
 
 // A timeout sentinel for futures.
 template <typename T>

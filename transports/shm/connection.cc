@@ -1,0 +1,413 @@
+#include <actorpipe/transports/shm/connection.h>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include <actorpipe/transports/shm/socket.h>
+
+namespace actorpipe::transport::shm {
+namespace {
+
+constexpr uint32_t kSetupMagic = 0x48535041;  // "APSH"
+constexpr uint32_t kSetupVersion = 1;
+constexpr size_t kMaxRingSize = size_t{1} << 30;
+
+struct Setup {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t ringSize;
+};
+
+Error systemError(const std::string& what, int error = errno) {
+  return ACTORPIPE_ERROR(SystemError, what, error);
+}
+
+}  // namespace
+
+ShmConnection::ShmConnection(detail::Loop& loop, std::string peer)
+    : loop_(loop), peer_(std::move(peer)) {}
+
+ShmConnection::~ShmConnection() {
+  if (outMap_ != nullptr) ::munmap(outMap_, mapSize_);
+  if (inMap_ != nullptr) ::munmap(inMap_, mapSize_);
+}
+
+// --- setting up -------------------------------------------------------------
+
+Error ShmConnection::mapRings(int outFd, int inFd, size_t ringSize) {
+  mapSize_ = kRingHeaderSize + ringSize;
+  for (int fd : {outFd, inFd}) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != mapSize_) {
+      return ACTORPIPE_ERROR(ProtocolError, "shm ring of unexpected size");
+    }
+  }
+  outMap_ = ::mmap(nullptr, mapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, outFd, 0);
+  if (outMap_ == MAP_FAILED) {
+    outMap_ = nullptr;
+    return systemError("mmap");
+  }
+  inMap_ = ::mmap(nullptr, mapSize_, PROT_READ | PROT_WRITE, MAP_SHARED, inFd, 0);
+  if (inMap_ == MAP_FAILED) {
+    inMap_ = nullptr;
+    return systemError("mmap");
+  }
+  out_ = Ring(outMap_, ringSize);
+  in_ = Ring(inMap_, ringSize);
+  return Error();
+}
+
+void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
+  self_ = shared_from_this();
+  sockaddr_un address;
+  socklen_t length;
+  if (auto e = abstractAddress(name, address, length)) return closeInLoop(e);
+  if (name.empty()) {
+    return closeInLoop(ACTORPIPE_ERROR(ConnectError, peer_, "an shm address needs a name"));
+  }
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return closeInLoop(systemError("socket"));
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    int e = errno;
+    return closeInLoop(ACTORPIPE_ERROR(ConnectError, peer_, std::strerror(e), e));
+  }
+  int fds[2] = {-1, -1};
+  Error error;
+  for (int& fd : fds) {
+    fd = ::memfd_create("actorpipe-shm-ring", MFD_CLOEXEC);
+    if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(kRingHeaderSize + ringSize)) != 0) {
+      error = systemError("memfd_create/ftruncate");
+      break;
+    }
+  }
+  if (!error) error = mapRings(fds[0], fds[1], ringSize);
+  if (!error) {
+    for (Ring* ring : {&out_, &in_}) {
+      RingHeader* h = ring->header();
+      h->head.store(0);
+      h->tail.store(0);
+      h->consumerSleeping.store(0);
+      h->producerWaiting.store(0);
+      h->capacity = ringSize;
+    }
+    Setup setup{kSetupMagic, kSetupVersion, ringSize};
+    // Our outgoing ring is the peer's incoming one: send it first.
+    if (sendWithFds(fd_, &setup, sizeof(setup), fds, 2) != sizeof(setup)) {
+      error = systemError("sendmsg");
+    }
+  }
+  // Mapped (or failed): the descriptors are no longer needed on this side.
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (error) return closeInLoop(error);
+  ready_ = true;
+  watchSocket();
+}
+
+void ShmConnection::startAsServer(int fd, ready_fn ready) {
+  self_ = shared_from_this();
+  fd_ = fd;
+  onReady_ = std::move(ready);
+  watchSocket();
+}
+
+void ShmConnection::watchSocket() {
+  poll_ = new uv_poll_t;
+  uv_poll_init(loop_.uv(), poll_, fd_);
+  poll_->data = this;
+  uv_poll_start(poll_, UV_READABLE | UV_DISCONNECT, [](uv_poll_t* handle, int status, int events) {
+    static_cast<ShmConnection*>(handle->data)->onSocketEvent(status, events);
+  });
+  if (ready_) {
+    loop_.addPoller(this);
+    polled_ = true;
+  }
+}
+
+void ShmConnection::receiveSetup() {
+  Setup setup{};
+  int fds[4];
+  int count = 0;
+  ssize_t n = recvWithFds(fd_, &setup, sizeof(setup), fds, count);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+  Error error;
+  if (n == 0) {
+    error = ACTORPIPE_ERROR(EOFError);
+  } else if (n < 0) {
+    error = systemError("recvmsg");
+  } else if (n != sizeof(setup) || count != 2 || setup.magic != kSetupMagic) {
+    error = ACTORPIPE_ERROR(ProtocolError, "not an actorpipe shm peer");
+  } else if (setup.version != kSetupVersion) {
+    error = ACTORPIPE_ERROR(ProtocolError, "unsupported shm setup version " + std::to_string(setup.version));
+  } else if (setup.ringSize == 0 || setup.ringSize > kMaxRingSize ||
+             (setup.ringSize & (setup.ringSize - 1)) != 0) {
+    error = ACTORPIPE_ERROR(ProtocolError, "bad shm ring size " + std::to_string(setup.ringSize));
+  } else {
+    // The peer's outgoing ring is our incoming one.
+    error = mapRings(fds[1], fds[0], setup.ringSize);
+    if (!error && (out_.header()->capacity != setup.ringSize || in_.header()->capacity != setup.ringSize)) {
+      error = ACTORPIPE_ERROR(ProtocolError, "shm ring headers disagree with the setup");
+    }
+  }
+  for (int i = 0; i < count; ++i) ::close(fds[i]);
+  auto ready = std::move(onReady_);
+  onReady_ = nullptr;
+  if (error) {
+    closeInLoop(error);
+    if (ready) ready(error, nullptr);
+    return;
+  }
+  ready_ = true;
+  loop_.addPoller(this);
+  polled_ = true;
+  if (ready) ready(Error(), shared_from_this());
+}
+
+// --- events -------------------------------------------------------------------
+
+void ShmConnection::onSocketEvent(int status, int events) {
+  loop_.noteActivity();
+  if (error_) return;
+  if (!ready_) {
+    if (status < 0) {
+      auto ready = std::move(onReady_);
+      Error e = systemError("poll", -status);
+      closeInLoop(e);
+      if (ready) ready(e, nullptr);
+      return;
+    }
+    receiveSetup();
+    return;
+  }
+  // Wake-up bytes carry no meaning beyond "look at the rings".
+  char buffer[256];
+  for (;;) {
+    ssize_t n = ::recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      peerGone();
+      return;
+    }
+    break;
+  }
+  poll();
+}
+
+// The peer closed its end or died. What it put in the ring before is still
+// ours to deliver; reads beyond that fail with EOF.
+void ShmConnection::peerGone() {
+  peerGone_ = true;
+  if (poll_ != nullptr) {
+    uv_poll_stop(poll_);
+  }
+  serveReads();
+  if (!reads_.empty() || !writes_.empty()) {
+    closeInLoop(ACTORPIPE_ERROR(EOFError));
+  }
+}
+
+void ShmConnection::kick() {
+  if (peerGone_ || fd_ < 0) return;
+  char byte = 0;
+  // A full socket buffer means wake-ups are already pending: nothing lost.
+  (void)::send(fd_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// --- the rings ------------------------------------------------------------------
+
+bool ShmConnection::serveReads() {
+  if (!ready_) return false;
+  bool progress = false;
+  pumping_ = true;
+  while (!reads_.empty() && !error_) {
+    ReadOp& op = reads_.front();
+    size_t n = in_.read(op.ptr + op.done, op.length - op.done);
+    if (n > 0) {
+      progress = true;
+      op.done += n;
+    }
+    if (op.done < op.length) break;
+    auto fn = std::move(op.fn);
+    reads_.pop_front();
+    fn(Error());  // may queue more reads or close us
+  }
+  pumping_ = false;
+  if (progress && !error_) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (in_.header()->producerWaiting.load(std::memory_order_relaxed) != 0 &&
+        in_.header()->producerWaiting.exchange(0) != 0) {
+      kick();
+    }
+  }
+  if (peerGone_ && !reads_.empty() && !error_) {
+    closeInLoop(ACTORPIPE_ERROR(EOFError));
+  }
+  return progress;
+}
+
+bool ShmConnection::pushWrites() {
+  if (!ready_ || error_) return false;
+  bool progress = false;
+  while (!writes_.empty()) {
+    WriteOp& op = writes_.front();
+    while (op.slice < op.slices.size()) {
+      const Slice& s = op.slices[op.slice];
+      size_t n = out_.write(static_cast<const uint8_t*>(s.ptr) + op.offset, s.length - op.offset);
+      if (n > 0) progress = true;
+      op.offset += n;
+      if (op.offset < s.length) break;  // the ring is full
+      ++op.slice;
+      op.offset = 0;
+    }
+    if (op.slice < op.slices.size()) break;
+    completed_.push_back(std::move(op.fn));
+    writes_.pop_front();
+  }
+  if (progress) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (out_.header()->consumerSleeping.load(std::memory_order_relaxed) != 0) {
+      kick();
+    }
+  }
+  return progress;
+}
+
+bool ShmConnection::completeWrites() {
+  if (completed_.empty()) return false;
+  auto done = std::move(completed_);
+  completed_.clear();
+  for (auto& fn : done) fn(Error());
+  return true;
+}
+
+bool ShmConnection::poll() {
+  if (error_) return false;
+  bool progress = serveReads();
+  progress = pushWrites() || progress;
+  progress = completeWrites() || progress;
+  return progress;
+}
+
+bool ShmConnection::prepareToSleep() {
+  if (error_ || !ready_) return true;
+  if (!completed_.empty()) return false;
+  if (!reads_.empty()) {
+    in_.header()->consumerSleeping.store(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (in_.hasData()) return false;
+  }
+  if (!writes_.empty()) {
+    out_.header()->producerWaiting.store(1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (out_.hasSpace()) return false;
+  }
+  return true;
+}
+
+void ShmConnection::awake() {
+  if (ready_ && !error_) in_.header()->consumerSleeping.store(0, std::memory_order_relaxed);
+}
+
+// --- operations -------------------------------------------------------------------
+
+void ShmConnection::read(void* ptr, size_t length, read_callback_fn fn) {
+  ReadOp op{static_cast<uint8_t*>(ptr), length, 0, std::move(fn)};
+  if (loop_.inLoop()) {
+    readInLoop(std::move(op));
+    return;
+  }
+  auto self = shared_from_this();
+  auto shared = std::make_shared<ReadOp>(std::move(op));
+  if (!loop_.post([self, shared] { self->readInLoop(std::move(*shared)); })) {
+    shared->fn(ACTORPIPE_ERROR(ContextClosedError));
+  }
+}
+
+void ShmConnection::readInLoop(ReadOp op) {
+  if (error_) {
+    auto err = error_;
+    auto fn = std::move(op.fn);
+    loop_.post([fn, err] { fn(err); });
+    return;
+  }
+  reads_.push_back(std::move(op));
+  if (!pumping_) serveReads();
+}
+
+void ShmConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
+  if (loop_.inLoop()) {
+    writeInLoop(std::move(slices), std::move(fn));
+    return;
+  }
+  auto self = shared_from_this();
+  auto shared = std::make_shared<std::pair<std::vector<Slice>, write_callback_fn>>(std::move(slices), std::move(fn));
+  if (!loop_.post([self, shared] { self->writeInLoop(std::move(shared->first), std::move(shared->second)); })) {
+    shared->second(ACTORPIPE_ERROR(ContextClosedError));
+  }
+}
+
+void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+  if (error_ || peerGone_) {
+    Error err = error_ ? error_ : ACTORPIPE_ERROR(EOFError);
+    loop_.post([fn = std::move(fn), err] { fn(err); });
+    return;
+  }
+  WriteOp op;
+  op.slices = std::move(slices);
+  op.fn = std::move(fn);
+  writes_.push_back(std::move(op));
+  pushWrites();  // now: the reader may be polling for exactly these bytes
+}
+
+void ShmConnection::close(Error reason) {
+  if (loop_.inLoop()) {
+    closeInLoop(reason);
+    return;
+  }
+  auto self = shared_from_this();
+  loop_.post([self, reason] { self->closeInLoop(reason); });
+}
+
+void ShmConnection::closeInLoop(const Error& reason) {
+  if (error_) return;
+  error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  if (polled_) {
+    loop_.removePoller(this);
+    polled_ = false;
+  }
+  auto reads = std::move(reads_);
+  reads_.clear();
+  auto writes = std::move(writes_);
+  writes_.clear();
+  auto completed = std::move(completed_);
+  completed_.clear();
+  bool hadHandle = poll_ != nullptr;
+  if (hadHandle) {
+    uv_poll_stop(poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
+      auto* self = static_cast<ShmConnection*>(h->data);
+      delete reinterpret_cast<uv_poll_t*>(h);
+      self->self_.reset();  // may destroy *self
+    });
+    poll_ = nullptr;
+  }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  // Without a handle nobody else lets go of us: do it after the callbacks.
+  std::shared_ptr<ShmConnection> keep;
+  if (!hadHandle) keep = std::move(self_);
+  for (auto& fn : completed) fn(Error());
+  for (auto& op : reads) op.fn(error_);
+  for (auto& op : writes) op.fn(error_);
+}
+
+} // namespace actorpipe::transport::shm

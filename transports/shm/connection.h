@@ -1,0 +1,94 @@
+#pragma once
+// A connection through two shared-memory rings (one per direction). Reads
+// copy straight from the ring into the reader's memory; writes copy into the
+// ring and complete once their bytes are there. The Unix socket that set the
+// rings up stays open: it carries wake-ups, and its EOF tells of the peer's
+// death (after which what the peer left in the ring is still delivered).
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <uv.h>
+
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/context.h>
+#include <actorpipe/transports/shm/ring.h>
+
+namespace actorpipe::transport::shm {
+
+class ShmConnection final : public Connection,
+                            public detail::Loop::Poller,
+                            public std::enable_shared_from_this<ShmConnection> {
+ public:
+  using ready_fn = std::function<void(const Error&, std::shared_ptr<ShmConnection>)>;
+
+  ShmConnection(detail::Loop& loop, std::string peer);
+  ~ShmConnection() override;
+
+  // Loop thread. The connecting side creates the rings and sends them; the
+  // accepting side waits for them, then calls `ready`.
+  void startAsClient(const std::string& name, size_t ringSize);
+  void startAsServer(int fd, ready_fn ready);
+  void failEarly(const Error& error) { closeInLoop(error); }
+
+  void read(void* ptr, size_t length, read_callback_fn fn) override;
+  void write(std::vector<Slice> slices, write_callback_fn fn) override;
+  void close(Error reason) override;
+  std::string peerAddress() const override { return peer_; }
+
+  bool poll() override;
+  bool prepareToSleep() override;
+  void awake() override;
+
+ private:
+  struct ReadOp {
+    uint8_t* ptr;
+    size_t length;
+    size_t done;
+    read_callback_fn fn;
+  };
+  struct WriteOp {
+    std::vector<Slice> slices;
+    size_t slice{0};
+    size_t offset{0};
+    write_callback_fn fn;
+  };
+
+  void readInLoop(ReadOp op);
+  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
+  void closeInLoop(const Error& reason);
+  Error mapRings(int outFd, int inFd, size_t ringSize);
+  void watchSocket();
+  void onSocketEvent(int status, int events);
+  void receiveSetup();
+  void peerGone();
+  bool serveReads();
+  bool pushWrites();
+  bool completeWrites();
+  void kick();
+
+  detail::Loop& loop_;
+  std::string peer_;
+  int fd_{-1};
+  uv_poll_t* poll_{nullptr};
+  void* outMap_{nullptr};
+  void* inMap_{nullptr};
+  size_t mapSize_{0};
+  Ring out_;
+  Ring in_;
+  bool ready_{false};
+  bool peerGone_{false};
+  bool pumping_{false};
+  bool polled_{false};
+  Error error_;
+  ready_fn onReady_;
+  std::shared_ptr<ShmConnection> self_;  // alive while the loop watches us
+
+  std::deque<ReadOp> reads_;
+  std::deque<WriteOp> writes_;
+  std::deque<write_callback_fn> completed_;
+};
+
+} // namespace actorpipe::transport::shm

@@ -1,0 +1,243 @@
+// The shm transport's context and listener.
+#include <actorpipe/transports/shm/factory.h>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+
+#include <uv.h>
+
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/shm/connection.h>
+#include <actorpipe/transports/shm/socket.h>
+
+namespace actorpipe::transport::shm {
+namespace {
+
+class ShmListener final : public Listener, public std::enable_shared_from_this<ShmListener> {
+ public:
+  explicit ShmListener(detail::Loop& loop) : loop_(loop) {}
+
+  // Loop thread.
+  void bind(const std::string& name);
+  void failInLoop(const Error& error);
+
+  void accept(accept_callback_fn fn) override {
+    auto self = shared_from_this();
+    auto shared = std::make_shared<accept_callback_fn>(std::move(fn));
+    if (!loop_.post([self, shared] {
+          self->accepts_.push_back(std::move(*shared));
+          self->match();
+        })) {
+      (*shared)(ACTORPIPE_ERROR(ContextClosedError), nullptr);
+    }
+  }
+  std::string addr() const override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return addr_;
+  }
+  void close() override {
+    auto self = shared_from_this();
+    loop_.post([self] { self->failInLoop(ACTORPIPE_ERROR(ListenerClosedError)); });
+  }
+
+ private:
+  void onReadable();
+  void match() {
+    while (!accepts_.empty() && (!ready_.empty() || error_)) {
+      auto fn = std::move(accepts_.front());
+      accepts_.pop_front();
+      if (error_) {
+        fn(error_, nullptr);
+        continue;
+      }
+      auto c = std::move(ready_.front());
+      ready_.pop_front();
+      fn(Error(), std::move(c));
+    }
+  }
+
+  detail::Loop& loop_;
+  int fd_{-1};
+  uv_poll_t* poll_{nullptr};
+  std::shared_ptr<ShmListener> self_;
+  mutable std::mutex mutex_;
+  std::string addr_;
+  Error error_;
+  std::deque<accept_callback_fn> accepts_;
+  std::deque<std::shared_ptr<Connection>> ready_;
+};
+
+void ShmListener::bind(const std::string& name) {
+  sockaddr_un address;
+  socklen_t length;
+  if (auto e = abstractAddress(name, address, length)) return failInLoop(e);
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return failInLoop(ACTORPIPE_ERROR(SystemError, "socket", errno));
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 || ::listen(fd_, 1024) != 0) {
+    return failInLoop(ACTORPIPE_ERROR(SystemError, "bind/listen on shm://" + name, errno));
+  }
+  sockaddr_un bound{};
+  socklen_t boundLength = sizeof(bound);
+  ::getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &boundLength);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    addr_ = abstractName(bound, boundLength);
+  }
+  self_ = shared_from_this();
+  poll_ = new uv_poll_t;
+  uv_poll_init(loop_.uv(), poll_, fd_);
+  poll_->data = this;
+  uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* handle, int status, int) {
+    static_cast<ShmListener*>(handle->data)->onReadable();
+  });
+}
+
+void ShmListener::onReadable() {
+  loop_.noteActivity();
+  for (;;) {
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a failed accept that concerns that client only
+    auto connection = std::make_shared<ShmConnection>(loop_, "shm peer of " + addr_);
+    std::weak_ptr<ShmListener> weak = shared_from_this();
+    connection->startAsServer(fd, [weak](const Error& e, std::shared_ptr<ShmConnection> c) {
+      auto self = weak.lock();
+      if (e || !self) return;  // a peer that failed its setup concerns itself only
+      if (self->error_) return c->close(self->error_);
+      self->ready_.push_back(std::move(c));
+      self->match();
+    });
+  }
+}
+
+void ShmListener::failInLoop(const Error& error) {
+  if (error_) return;
+  error_ = error;
+  if (poll_ != nullptr) {
+    uv_poll_stop(poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
+      auto* self = static_cast<ShmListener*>(h->data);
+      delete reinterpret_cast<uv_poll_t*>(h);
+      self->self_.reset();  // may destroy *self
+    });
+    poll_ = nullptr;
+  }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  for (auto& c : ready_) c->close(error);
+  ready_.clear();
+  match();
+}
+
+bool memfdWorks() {
+  int fd = ::memfd_create("actorpipe-probe", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+size_t roundUpToPowerOfTwo(size_t n) {
+  size_t p = 4096;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+class ShmContext final : public Context, public std::enable_shared_from_this<ShmContext> {
+ public:
+  explicit ShmContext(size_t ringSize)
+      : ringSize_(roundUpToPowerOfTwo(ringSize)), domain_("shm/" + hostIdentity()), viable_(memfdWorks()) {}
+  ~ShmContext() override { join(); }
+
+  std::shared_ptr<Connection> connect(std::string addr) override {
+    auto connection = std::make_shared<ShmConnection>(loop(), "shm://" + addr);
+    auto self = shared_from_this();
+    if (!loop().post([self, connection, addr] {
+          if (self->closed_) return connection->failEarly(self->closed_);
+          self->track(connection);
+          connection->startAsClient(addr, self->ringSize_);
+        })) {
+      connection->close(ACTORPIPE_ERROR(ContextClosedError));
+    }
+    return connection;
+  }
+
+  std::shared_ptr<Listener> listen(std::string addr) override {
+    auto listener = std::make_shared<ShmListener>(loop());
+    std::promise<void> bound;
+    auto self = shared_from_this();
+    if (loop().post([self, listener, addr, &bound] {
+          if (self->closed_) {
+            listener->failInLoop(self->closed_);
+          } else {
+            self->listeners_.push_back(listener);
+            listener->bind(addr);
+          }
+          bound.set_value();
+        })) {
+      bound.get_future().wait();
+    } else {
+      listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
+    }
+    return listener;
+  }
+
+  bool isViable() const override { return viable_; }
+  const std::string& domainDescriptor() const override { return domain_; }
+  void setId(std::string id) override { id_ = std::move(id); }
+  void close() override { shutdown(ACTORPIPE_ERROR(ContextClosedError)); }
+  void join() override {
+    close();
+    loop_.stopIfOwned();
+  }
+  detail::Loop& loop() override { return loop_.get(); }
+  bool adoptLoop(std::shared_ptr<detail::Loop> loop) override { return loop_.adopt(std::move(loop)); }
+
+  void shutdown(const Error& reason) override {
+    auto self = weak_from_this().lock();
+    loop().post([this, self, reason] {
+      if (!closed_) closed_ = reason;
+      auto connections = std::move(connections_);
+      auto listeners = std::move(listeners_);
+      for (auto& weak : connections) {
+        if (auto c = weak.lock()) c->close(reason);
+      }
+      for (auto& weak : listeners) {
+        if (auto l = weak.lock()) l->failInLoop(reason);
+      }
+    });
+  }
+
+ private:
+  void track(const std::shared_ptr<ShmConnection>& c) {
+    if (connections_.size() >= 64 && connections_.size() % 64 == 0) {
+      std::vector<std::weak_ptr<ShmConnection>> live;
+      for (auto& w : connections_) if (!w.expired()) live.push_back(w);
+      connections_.swap(live);
+    }
+    connections_.push_back(c);
+  }
+
+  size_t ringSize_;
+  std::string domain_;
+  std::string id_{"shm"};
+  bool viable_;
+  detail::LoopHolder loop_{"shm"};
+  Error closed_;
+  std::vector<std::weak_ptr<ShmConnection>> connections_;
+  std::vector<std::weak_ptr<ShmListener>> listeners_;
+};
+
+}  // namespace
+
+std::shared_ptr<Context> create(size_t ringSize) { return std::make_shared<ShmContext>(ringSize); }
+
+} // namespace actorpipe::transport::shm

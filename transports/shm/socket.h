@@ -1,0 +1,28 @@
+#pragma once
+// Unix domain sockets in the abstract namespace, and file descriptors sent
+// over them: the shm transport's plumbing.
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstddef>
+#include <string>
+
+#include <actorpipe/runtime/error.h>
+
+namespace actorpipe::transport::shm {
+
+// "" -> autobind (the kernel picks a name); otherwise the abstract name.
+Error abstractAddress(const std::string& name, sockaddr_un& out, socklen_t& length);
+std::string abstractName(const sockaddr_un& address, socklen_t length);
+
+// One message carrying `data` and up to 4 descriptors. Returns bytes sent or -1 (errno).
+ssize_t sendWithFds(int socket, const void* data, size_t length, const int* fds, int count);
+// Receives one message; `count` gets how many descriptors came (at most 4).
+ssize_t recvWithFds(int socket, void* data, size_t length, int* fds, int& count);
+
+// What two processes share if and only if they can use shm with each other:
+// the same boot and the same network namespace (abstract socket names live
+// in the network namespace).
+std::string hostIdentity();
+
+} // namespace actorpipe::transport::shm
