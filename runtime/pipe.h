@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <actorpipe/runtime/error.h>
 #include <actorpipe/runtime/message.h>
@@ -28,6 +29,7 @@ struct PipeInfo {
   std::map<std::string, std::string> channels;  // device type -> channel
   std::string peerAddress;                      // "127.0.0.1:41234"
   std::string remoteName;                       // the peer context's name
+  std::vector<std::string> notes;               // why each transport and channel was or was not chosen
 };
 
 class Pipe final {

@@ -49,13 +49,23 @@ TEST_CASE("hello and welcome round-trip") {
   REQUIRE(out.channels.size() == 1);
   CHECK(out.channels[0].priority == -2);
   CHECK(out.channels[0].deviceTypes == std::vector<std::string>{"cpu"});
-  Welcome w{"srv", "tcp", {{"cpu", "basic"}}, {{"mpt", "lane setup"}}};
+  Welcome w;
+  w.contextName = "srv";
+  w.transport = "shm";
+  w.channels = {{"cpu", "basic"}};
+  w.setups = {{"mpt", "lane setup"}};
+  w.address = "abcde";
+  w.joinToken = 0x0123456789abcdefull;
+  w.notes = {"transport shm: chosen"};
   body = encode(w);
   Welcome wout;
   REQUIRE(!decode(bytes(body), body.size(), Limits(), wout));
   CHECK(wout.channels[0].second == "basic");
   REQUIRE(wout.setups.size() == 1);
   CHECK(wout.setups[0].second == "lane setup");
+  CHECK(wout.address == "abcde");
+  CHECK(wout.joinToken == 0x0123456789abcdefull);
+  CHECK(wout.notes == std::vector<std::string>{"transport shm: chosen"});
 }
 
 TEST_CASE("every truncation of a frame is a protocol error") {

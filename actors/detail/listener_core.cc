@@ -9,6 +9,8 @@
 
 #include <actorpipe/actors/atoms.h>
 #include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/detail/frames.h>
+#include <actorpipe/actors/detail/join_registry.h>
 #include <actorpipe/actors/detail/pipe_core.h>
 #include <actorpipe/runtime/pipe.h>
 
@@ -107,8 +109,12 @@ std::shared_ptr<ListenerCore> ListenerCore::create(const std::shared_ptr<Context
     }
     auto listener = transport->context->listen(address);
     core->listeners_.push_back(listener);
+    core->transports_.push_back(transport);
     core->addresses_[scheme] = listener->addr();
-    core->armAccept(listener, transport);  // a failed bind reports through here
+  }
+  core->registry_ = std::make_shared<JoinRegistry>(core->addresses_);
+  for (size_t i = 0; i < core->listeners_.size(); ++i) {
+    core->armAccept(core->listeners_[i], core->transports_[i]);  // a failed bind reports through here
   }
   if (error) {
     caf::anon_send(core->actor_, failed_atom::value, error);
@@ -116,12 +122,15 @@ std::shared_ptr<ListenerCore> ListenerCore::create(const std::shared_ptr<Context
   return core;
 }
 
+// Each accepted connection greets first: a HELLO starts a new pipe, a JOIN
+// brings a pipe that is moving here from another transport of this listener.
 void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
                              std::shared_ptr<const TransportEntry> transport) {
   std::weak_ptr<ListenerCore> weak = shared_from_this();
   auto context = context_;
+  auto registry = registry_;
   caf::actor actor = actor_;
-  listener->accept([weak, listener, transport, context, actor](
+  listener->accept([weak, listener, transport, context, registry, actor](
                        const Error& error, std::shared_ptr<transport::Connection> connection) {
     if (error) {
       caf::anon_send(actor, failed_atom::value, error);
@@ -132,14 +141,32 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
       connection->close(ACTORPIPE_ERROR(ListenerClosedError));
       return;
     }
-    auto pipe = PipeCore::accept(context, transport, connection,
-                                 [actor](const Error& e, std::shared_ptr<PipeCore> core) {
-      // A failed handshake concerns that peer only; the listener goes on.
-      if (e || !core) return;
-      auto handle = std::make_shared<Pipe>(core, core->remoteName());
-      caf::anon_send(actor, ready_atom::value, std::move(handle));
+    readFrame(connection, handshakeLimits(context->limits()),
+              [context, transport, connection, registry, actor](
+                  const Error& e, wire::FrameType type, std::vector<uint8_t>& body) {
+      // A connection that cannot greet properly concerns itself only.
+      if (e) return connection->close(e);
+      if (type == wire::FrameType::kJoin) {
+        wire::Join join;
+        auto pipe = wire::decode(body.data(), body.size(), context->limits(), join) ? nullptr
+                                                                                     : registry->claim(join.token);
+        if (!pipe || pipe->loop() != &transport->context->loop()) {
+          return connection->close(ACTORPIPE_ERROR(ProtocolError, "join for no pipe"));
+        }
+        return pipe->adoptJoin(transport, connection);
+      }
+      if (type != wire::FrameType::kHello) {
+        return connection->close(ACTORPIPE_ERROR(ProtocolError, "expected a hello"));
+      }
+      auto pipe = PipeCore::accept(context, transport, connection, body, registry,
+                                   [actor](const Error& e, std::shared_ptr<PipeCore> core) {
+        // A failed handshake concerns that peer only; the listener goes on.
+        if (e || !core) return;
+        auto handle = std::make_shared<Pipe>(core, core->remoteName());
+        caf::anon_send(actor, ready_atom::value, std::move(handle));
+      });
+      context->track(pipe);
     });
-    context->track(pipe);
     self->armAccept(listener, transport);
   });
 }

@@ -16,6 +16,7 @@
 namespace actorpipe::detail {
 
 class ContextCore;
+class JoinRegistry;
 struct TransportEntry;
 
 class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
@@ -42,6 +43,8 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
   caf::actor actor_;
   std::map<std::string, std::string> addresses_;
   std::vector<std::shared_ptr<transport::Listener>> listeners_;
+  std::vector<std::shared_ptr<const TransportEntry>> transports_;
+  std::shared_ptr<JoinRegistry> registry_;
   std::atomic<bool> terminated_{false};
   Error terminatedReason_;
 };

@@ -1,15 +1,5 @@
-// The pipe's protocol. Two tables drive it.
-//
-// Handshake (one connection, no extra round trip after the welcome):
-//   connector                         acceptor
-//   kConnecting --HELLO-------------> kAccepting
-//                                     choose channel per device type
-//               <------------WELCOME  kEstablished  (or REJECT, then kClosed)
-//   kEstablished
-// Operations asked before kEstablished wait in order and go out right after.
-// The connector writes its hello before the TCP connect completes: the
-// transport queues it, and a connect error fails the hello's write, which
-// fails the pipe with a ConnectError naming the address.
+// The pipe's operations: writing, reading and failing. The handshake that
+// precedes them is in pipe_handshake.cc.
 //
 // Reading, once established (see ReadState in pipe_core.h):
 //   kIdle --readDescriptor()--> kReadingHeader --8 bytes--> kReadingFrame
@@ -32,6 +22,7 @@
 
 #include <actorpipe/actors/atoms.h>
 #include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/detail/join_registry.h>
 #include <actorpipe/actors/detail/loop_actor.h>
 #include <actorpipe/actors/pipe_actor.h>
 #include <actorpipe/channels/context.h>
@@ -39,9 +30,6 @@
 
 namespace actorpipe::detail {
 namespace {
-
-// Before the handshake a peer is a stranger: it gets a small frame budget.
-constexpr size_t kHandshakeFrameLimit = 64 * 1024;
 
 void bouncePipeMessage(caf::mailbox_element& element) {
   Error error = ACTORPIPE_ERROR(ContextClosedError);
@@ -79,41 +67,6 @@ std::shared_ptr<PipeCore> PipeCore::failed(const std::shared_ptr<ContextCore>& c
   auto core = std::make_shared<PipeCore>(context, nullptr);
   core->error_ = std::move(error);
   core->state_ = State::kClosed;
-  return core;
-}
-
-std::shared_ptr<PipeCore> PipeCore::connect(const std::shared_ptr<ContextCore>& context,
-                                            std::shared_ptr<const TransportEntry> transport,
-                                            const std::string& url,
-                                            const std::string& address) {
-  auto core = std::make_shared<PipeCore>(context, &transport->context->loop());
-  core->transport_ = std::move(transport);
-  core->url_ = url;
-  core->state_ = State::kConnecting;
-  core->spawnActor();
-  auto connection = core->transport_->context->connect(address);
-  if (!core->loop_->post([core, connection] {
-        core->connection_ = connection;
-        core->startConnector(core->url_);
-      })) {
-    core->state_ = State::kClosed;
-    core->error_ = ACTORPIPE_ERROR(ContextClosedError);
-    connection->close(core->error_);
-  }
-  return core;
-}
-
-std::shared_ptr<PipeCore> PipeCore::accept(const std::shared_ptr<ContextCore>& context,
-                                           std::shared_ptr<const TransportEntry> transport,
-                                           std::shared_ptr<transport::Connection> connection,
-                                           ready_fn ready) {
-  auto core = std::make_shared<PipeCore>(context, &transport->context->loop());
-  core->transport_ = std::move(transport);
-  core->connection_ = std::move(connection);
-  core->url_ = core->transport_->name + "://" + core->connection_->peerAddress();
-  core->state_ = State::kAccepting;
-  core->spawnActor();
-  core->startAcceptor(std::move(ready));  // we are on the loop: accept callbacks run there
   return core;
 }
 
@@ -214,212 +167,6 @@ void PipeCore::close(Error reason) {
   if (actor_) {
     caf::anon_send(actor_, close_atom::value, std::move(reason));
   }
-}
-
-// --- handshake --------------------------------------------------------------
-
-void PipeCore::readHandshakeFrame(wire::FrameType expected,
-                                  std::function<void(const uint8_t*, size_t)> then) {
-  auto self = shared_from_this();
-  connection_->read(header_, wire::kHeaderSize, [self, expected, then](const Error& e) {
-    if (e) return self->fail(e);
-    if (self->error_) return;
-    Limits limits = self->context_->limits();
-    limits.maxFrameSize = std::min(limits.maxFrameSize, kHandshakeFrameLimit);
-    wire::FrameHeader header;
-    if (auto error = wire::decodeHeader(self->header_, limits, header)) return self->fail(error);
-    bool rejected = header.type == wire::FrameType::kReject && expected == wire::FrameType::kWelcome;
-    if (header.type != expected && !rejected) {
-      return self->fail(ACTORPIPE_ERROR(
-          ProtocolError, "expected handshake frame type " + std::to_string(int(expected)) +
-                             ", got " + std::to_string(int(header.type))));
-    }
-    self->frameBody_.resize(header.length);
-    self->connection_->read(self->frameBody_.data(), header.length,
-                            [self, then, rejected](const Error& e) {
-      if (e) return self->fail(e);
-      if (self->error_) return;
-      if (rejected) {
-        wire::Reject reject;
-        auto error = wire::decode(self->frameBody_.data(), self->frameBody_.size(),
-                                  self->context_->limits(), reject);
-        return self->fail(error ? error
-                                : ACTORPIPE_ERROR(NegotiationError,
-                                                  "the peer refused the pipe: " + reject.reason));
-      }
-      then(self->frameBody_.data(), self->frameBody_.size());
-    });
-  });
-}
-
-void PipeCore::startConnector(const std::string& url) {
-  if (error_) {
-    connection_->close(error_);
-    return;
-  }
-  auto hello = wire::encode(context_->hello());
-  auto frame = std::make_shared<std::string>(wire::encodeHeader(wire::FrameType::kHello, hello.size()) + hello);
-  auto self = shared_from_this();
-  connection_->write(frame->data(), frame->size(), [self, frame](const Error& e) {
-    if (e) self->fail(e);
-  });
-  readHandshakeFrame(wire::FrameType::kWelcome,
-                     [self](const uint8_t* body, size_t length) { self->onWelcome(body, length); });
-}
-
-void PipeCore::onWelcome(const uint8_t* body, size_t length) {
-  wire::Welcome welcome;
-  if (auto error = wire::decode(body, length, context_->limits(), welcome)) return fail(error);
-  remoteName_ = welcome.contextName;
-  if (welcome.transport != transport_->name) {
-    return fail(ACTORPIPE_ERROR(NegotiationError, "the peer chose transport '" + welcome.transport +
-                                                      "' on a '" + transport_->name + "' connection"));
-  }
-  for (const auto& choice : welcome.channels) {
-    auto entry = context_->channel(choice.second);
-    if (!entry || entry->down) {
-      return fail(ACTORPIPE_ERROR(NegotiationError,
-                                  "the peer chose channel '" + choice.second + "', which we lack"));
-    }
-    channels_[choice.first] = choice.second;
-    caf::anon_send(actor_, watch_atom::value, entry->actor);
-    if (!entry->context->sendsInline() && !endpoints_.count(choice.second)) {
-      auto setup = std::find_if(welcome.setups.begin(), welcome.setups.end(),
-                                [&](const auto& s) { return s.first == choice.second; });
-      if (setup == welcome.setups.end()) {
-        return fail(ACTORPIPE_ERROR(ProtocolError, "no setup for channel '" + choice.second + "'"));
-      }
-      Error error;
-      auto endpoint = entry->context->connectEndpoint(setup->second, error);
-      if (!endpoint) return fail(error);
-      endpoints_[choice.second] = std::move(endpoint);
-    }
-  }
-  establish();
-}
-
-void PipeCore::startAcceptor(ready_fn ready) {
-  ready_ = std::move(ready);
-  auto self = shared_from_this();
-  readHandshakeFrame(wire::FrameType::kHello,
-                     [self](const uint8_t* body, size_t length) { self->onHello(body, length); });
-}
-
-void PipeCore::onHello(const uint8_t* body, size_t length) {
-  wire::Hello hello;
-  if (auto error = wire::decode(body, length, context_->limits(), hello)) return fail(error);
-  remoteName_ = hello.contextName;
-  wire::Hello ours = context_->hello();
-
-  // Channels: per device type, among those both sides have with the same
-  // domain, the highest sum of both priorities wins, ties by name. The sum
-  // makes the choice independent of which side is asked, and only this side
-  // decides anyway: peers with different priorities always agree.
-  std::map<std::string, std::string> chosen;
-  std::map<std::string, int64_t> bestScore;
-  for (const auto& mine : ours.channels) {
-    for (const auto& theirs : hello.channels) {
-      if (mine.name != theirs.name || mine.domainDescriptor != theirs.domainDescriptor) continue;
-      for (const auto& device : mine.deviceTypes) {
-        if (std::find(theirs.deviceTypes.begin(), theirs.deviceTypes.end(), device) ==
-            theirs.deviceTypes.end()) continue;
-        int64_t score = mine.priority + theirs.priority;
-        auto it = bestScore.find(device);
-        if (it == bestScore.end() || score > it->second ||
-            (score == it->second && mine.name < chosen[device])) {
-          bestScore[device] = score;
-          chosen[device] = mine.name;
-        }
-      }
-    }
-  }
-  std::string reason;
-  auto names = [](const std::vector<wire::Offer>& offers) {
-    std::string s;
-    for (const auto& o : offers) s += (s.empty() ? "" : ", ") + o.name;
-    return "[" + s + "]";
-  };
-  bool transportOffered = std::any_of(hello.transports.begin(), hello.transports.end(),
-                                      [&](const wire::Offer& o) {
-                                        return o.name == transport_->name &&
-                                               o.domainDescriptor == transport_->context->domainDescriptor();
-                                      });
-  if (!transportOffered) {
-    reason = "no common transport: the peer connected over '" + transport_->name +
-             "' but offers " + names(hello.transports);
-  } else if (chosen.empty()) {
-    reason = "no common channel: we offer " + names(ours.channels) + ", the peer offers " +
-             names(hello.channels);
-  }
-  auto self = shared_from_this();
-  if (!reason.empty()) {
-    auto rejectBody = wire::encode(wire::Reject{reason});
-    auto frame = std::make_shared<std::string>(
-        wire::encodeHeader(wire::FrameType::kReject, rejectBody.size()) + rejectBody);
-    // Fail only once the reject is on the wire: closing first would cancel it.
-    state_ = State::kClosed;
-    connection_->write(frame->data(), frame->size(), [self, frame, reason](const Error&) {
-      self->fail(ACTORPIPE_ERROR(NegotiationError, reason));
-    });
-    return;
-  }
-  wire::Welcome welcome;
-  welcome.contextName = context_->options().name();
-  welcome.transport = transport_->name;
-  for (const auto& c : chosen) {
-    welcome.channels.emplace_back(c.first, c.second);
-    channels_[c.first] = c.second;
-    auto entry = context_->channel(c.second);
-    if (!entry) continue;
-    caf::anon_send(actor_, watch_atom::value, entry->actor);
-    if (!entry->context->sendsInline() && !endpoints_.count(c.second)) {
-      std::string setup;
-      Error error;
-      auto endpoint = entry->context->acceptEndpoint(setup, error);
-      if (!endpoint) {
-        // Tell the peer, so both sides fail with the same reason.
-        reason = "channel '" + c.second + "' cannot serve this pipe: " + error.what();
-        state_ = State::kClosed;
-        auto rejectBody = wire::encode(wire::Reject{reason});
-        auto frame = std::make_shared<std::string>(
-            wire::encodeHeader(wire::FrameType::kReject, rejectBody.size()) + rejectBody);
-        connection_->write(frame->data(), frame->size(), [self, frame, reason](const Error&) {
-          self->fail(ACTORPIPE_ERROR(NegotiationError, reason));
-        });
-        return;
-      }
-      endpoints_[c.second] = std::move(endpoint);
-      welcome.setups.emplace_back(c.second, setup);
-    }
-  }
-  auto welcomeBody = wire::encode(welcome);
-  auto frame = std::make_shared<std::string>(
-      wire::encodeHeader(wire::FrameType::kWelcome, welcomeBody.size()) + welcomeBody);
-  connection_->write(frame->data(), frame->size(), [self, frame](const Error& e) {
-    if (e) self->fail(e);
-  });
-  establish();
-  if (ready_) {
-    auto ready = std::move(ready_);
-    ready_ = nullptr;
-    ready(Error(), self);
-  }
-}
-
-void PipeCore::establish() {
-  state_ = State::kEstablished;
-  {
-    std::lock_guard<std::mutex> guard(infoMutex_);
-    info_.established = true;
-    info_.transport = transport_->name;
-    info_.channels = channels_;
-    info_.peerAddress = connection_->peerAddress();
-    info_.remoteName = remoteName_;
-  }
-  for (auto& op : writes_) {
-    if (!op->sent && !op->done) sendWrite(op);
-  }
-  advanceReads();
 }
 
 // --- writing ------------------------------------------------------------------
@@ -734,6 +481,10 @@ void PipeCore::fail(Error error) {
     return;
   }
   error_ = std::move(error);
+  if (state_ == State::kAwaitingJoin) {
+    registry_->forget(joinToken_);
+    loop_->cancel(joinTimer_);
+  }
   state_ = State::kClosed;
   if (connection_) {
     connection_->close(error_);

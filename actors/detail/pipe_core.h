@@ -27,6 +27,7 @@ class Endpoint;
 namespace actorpipe::detail {
 
 class ContextCore;
+class JoinRegistry;
 struct TransportEntry;
 class Loop;
 
@@ -43,10 +44,17 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
                                           Error error);
   // The accepting side: waits for the hello, answers, then calls `ready`
   // (on the loop) with the outcome of the handshake.
+  // `hello` is the body of the connector's HELLO frame, already read.
   static std::shared_ptr<PipeCore> accept(const std::shared_ptr<ContextCore>& context,
                                           std::shared_ptr<const TransportEntry> transport,
                                           std::shared_ptr<transport::Connection> connection,
-                                          ready_fn ready);
+                                          const std::vector<uint8_t>& hello,
+                                          std::shared_ptr<JoinRegistry> registry, ready_fn ready);
+  // Loop thread: the connection of a pipe that moved to a better transport
+  // arrived there (its JOIN frame named this pipe).
+  void adoptJoin(std::shared_ptr<const TransportEntry> transport,
+                 std::shared_ptr<transport::Connection> connection);
+  Loop* loop() const { return loop_; }
 
   PipeCore(std::shared_ptr<ContextCore> context, Loop* loop);
   ~PipeCore();
@@ -74,7 +82,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
  private:
   enum class State {
     kConnecting,   // connector: hello sent, waiting for welcome or reject
-    kAccepting,    // acceptor: waiting for hello
+    kAccepting,    // acceptor: answering the hello
+    kAwaitingJoin, // acceptor: welcome sent, waiting for the connector on a better transport
     kEstablished,  // messages flow both ways
     kClosed,       // error_ says why; every operation fails with it
   };
@@ -112,12 +121,10 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   };
 
   void spawnActor();
-  void startConnector(const std::string& address);
-  void startAcceptor(ready_fn ready);
-  void readHandshakeFrame(wire::FrameType expected,
-                          std::function<void(const uint8_t*, size_t)> then);
+  void startConnector();
   void onHello(const uint8_t* body, size_t length);
   void onWelcome(const uint8_t* body, size_t length);
+  void reject(const std::string& reason);
   void establish();
 
   void sendWrite(const std::shared_ptr<WriteOp>& op);
@@ -144,6 +151,10 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   State state_{State::kClosed};
   Error error_;
   ready_fn ready_;
+  std::shared_ptr<JoinRegistry> registry_;
+  uint64_t joinToken_{0};
+  uint64_t joinTimer_{0};
+  std::vector<std::string> notes_;
   // device type -> channel chosen in the handshake
   std::map<std::string, std::string> channels_;
   // channel name -> this pipe's endpoint, for out-of-band channels

@@ -85,6 +85,38 @@ bool Loop::drainQueue() {
   return true;
 }
 
+struct Loop::Timer {
+  uv_timer_t handle;
+  Loop* loop;
+  TimerId id;
+  Task task;
+};
+
+Loop::TimerId Loop::after(std::chrono::milliseconds delay, Task task) {
+  auto* timer = new Timer{uv_timer_t{}, this, nextTimer_++, std::move(task)};
+  uv_timer_init(loop_, &timer->handle);
+  timer->handle.data = timer;
+  uv_timer_start(&timer->handle, [](uv_timer_t* handle) {
+    auto* t = static_cast<Timer*>(handle->data);
+    Task task = std::move(t->task);
+    t->loop->cancel(t->id);
+    t->loop->noteActivity();
+    task();
+  }, static_cast<uint64_t>(delay.count()), 0);
+  timers_[timer->id] = timer;
+  return timer->id;
+}
+
+void Loop::cancel(TimerId id) {
+  auto it = timers_.find(id);
+  if (it == timers_.end()) return;
+  Timer* t = it->second;
+  timers_.erase(it);
+  uv_timer_stop(&t->handle);
+  uv_close(reinterpret_cast<uv_handle_t*>(&t->handle),
+           [](uv_handle_t* h) { delete static_cast<Timer*>(h->data); });
+}
+
 void Loop::addPoller(Poller* poller) { pollers_.push_back(poller); }
 
 void Loop::removePoller(Poller* poller) {
@@ -168,6 +200,7 @@ void Loop::run() {
   }
   // Teardown has closed the users' handles; close ours and anything left, and
   // let libuv deliver the close callbacks.
+  while (!timers_.empty()) cancel(timers_.begin()->first);
   uv_close(reinterpret_cast<uv_handle_t*>(async_), nullptr);
   uv_walk(
       loop_,

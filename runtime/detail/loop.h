@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <map>
+#include <cstdint>
 
 struct uv_loop_s;
 struct uv_async_s;
@@ -60,6 +62,12 @@ class Loop {
   void addPoller(Poller* poller);
   void removePoller(Poller* poller);
 
+  // Loop thread only: runs `task` on the loop after `delay`, unless
+  // cancelled first. Timers still pending when the loop stops never run.
+  using TimerId = uint64_t;
+  TimerId after(std::chrono::milliseconds delay, Task task);
+  void cancel(TimerId id);
+
   // Runs `teardown` on the loop (it must close every handle the loop's users
   // opened), then lets the loop finish and joins its thread. Idempotent.
   void stop(Task teardown = nullptr);
@@ -87,6 +95,9 @@ class Loop {
   std::atomic<int64_t> pollWindow_{200};
   std::chrono::steady_clock::time_point lastActivity_{};
   std::vector<Poller*> pollers_;
+  struct Timer;
+  std::map<TimerId, Timer*> timers_;
+  TimerId nextTimer_{1};
   size_t preparedPollers_{0};
 };
 

@@ -162,7 +162,7 @@ Error decodeHeader(const uint8_t* b, const Limits& limits, FrameHeader& out) {
     return ACTORPIPE_ERROR(ProtocolError, "unsupported wire version " + std::to_string(b[2]) +
                                               " (we speak " + std::to_string(kVersion) + ")");
   }
-  if (b[3] < uint8_t(FrameType::kHello) || b[3] > uint8_t(FrameType::kMessage)) {
+  if (b[3] < uint8_t(FrameType::kHello) || b[3] > uint8_t(FrameType::kJoin)) {
     return ACTORPIPE_ERROR(ProtocolError, "unknown frame type " + std::to_string(b[3]));
   }
   uint32_t length = 0;
@@ -197,6 +197,10 @@ std::string encode(const Welcome& welcome) {
     w.str(c.first);
     w.str(c.second);
   }
+  w.str(welcome.address);
+  w.u64(welcome.joinToken);
+  w.u32(static_cast<uint32_t>(welcome.notes.size()));
+  for (const auto& n : welcome.notes) w.str(n);
   return w.take();
 }
 
@@ -255,6 +259,11 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& 
     c.first = r.str("channel");
     c.second = r.str("channel setup");
   }
+  out.address = r.str("address");
+  out.joinToken = r.u64();
+  uint32_t notes = r.count(4, 256, "note");
+  out.notes.resize(notes);
+  for (auto& n : out.notes) n = r.str("note");
   return r.finish("welcome");
 }
 
@@ -262,6 +271,18 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Reject& o
   Reader r(body, length);
   out.reason = r.str("reason");
   return r.finish("reject");
+}
+
+std::string encode(const Join& join) {
+  Writer w;
+  w.u64(join.token);
+  return w.take();
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Join& out) {
+  Reader r(body, length);
+  out.token = r.u64();
+  return r.finish("join");
 }
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out) {

@@ -26,6 +26,7 @@ enum class FrameType : uint8_t {
   kWelcome = 2,  // acceptor -> connector: what we use
   kReject = 3,   // acceptor -> connector: why we cannot talk
   kMessage = 4,  // either way: a descriptor, then its data
+  kJoin = 5,     // connector -> acceptor, on a second transport: "I am that pipe"
 };
 
 struct FrameHeader {
@@ -57,6 +58,16 @@ struct Welcome {
   std::vector<std::pair<std::string, std::string>> channels;
   // channel name -> what its connecting endpoint needs (out-of-band channels)
   std::vector<std::pair<std::string, std::string>> setups;
+  // When `transport` is not the one this connection runs on: where to
+  // connect instead, and the token that the JOIN frame must present there.
+  std::string address;
+  uint64_t joinToken{0};
+  // Why the acceptor chose what it chose, for PipeInfo.
+  std::vector<std::string> notes;
+};
+
+struct Join {
+  uint64_t token{0};
 };
 
 struct Reject {
@@ -80,10 +91,12 @@ std::string encode(const Hello& hello);
 std::string encode(const Welcome& welcome);
 std::string encode(const Reject& reject);
 std::string encode(const MessageFrame& frame);
+std::string encode(const Join& join);
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Hello& out);
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& out);
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Reject& out);
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Join& out);
 // Also checks every payload and tensor length, and their sum, against limits.
 Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out);
 
