@@ -11,6 +11,10 @@
 
 #include <actorpipe/runtime/error.h>
 
+namespace actorpipe::detail {
+class Loop;
+}
+
 namespace actorpipe::channel {
 
 // One end of an out-of-band channel inside one pipe: an ordered stream of
@@ -25,8 +29,13 @@ class Endpoint {
   virtual std::string send(const void* ptr, size_t length, done_fn done) = 0;
   // Receives the next buffer the peer sent, into `ptr`.
   virtual void recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) = 0;
-  // Fails pending and later operations with `reason`.
+  // Fails pending and later operations with `reason`. Any thread.
   virtual void close(const Error& reason) = 0;
+  // The pipe's loop (called once, on it, right after the endpoint is made).
+  virtual void attach(detail::Loop& loop) {}
+  // Loop thread: complete at once whatever is already complete (the pipe is
+  // about to fail; what the peer finished must not be reported as failed).
+  virtual void flush() {}
 };
 
 class Context {
@@ -48,6 +57,11 @@ class Context {
   // message frame on the pipe's own connection (no extra sockets, no extra
   // round trip). Out-of-band channels move the bytes themselves.
   virtual bool sendsInline() const = 0;
+  // What this side tells the peer about itself in its hello (cma: where to
+  // find a probe word), and whether the peer's is reachable from here. A
+  // channel the acceptor cannot reach is not chosen (it says why).
+  virtual std::string helloDetail() const { return std::string(); }
+  virtual bool reachable(const std::string& peerDetail, std::string& why) const { return true; }
   // Out-of-band channels make one endpoint per pipe. The accepting side
   // makes it first and fills `setup` with what the connecting side needs
   // (it travels in the welcome frame); an error means the channel cannot

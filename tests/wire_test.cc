@@ -41,7 +41,7 @@ TEST_CASE("message frames round-trip") {
 }
 
 TEST_CASE("hello and welcome round-trip") {
-  Hello h{"ctx", {{"tcp", 3, "tcp", {}}}, {{"basic", -2, "any", {"cpu"}}}};
+  Hello h{"ctx", {{"tcp", 3, "tcp", {}, ""}}, {{"cma", -2, "any", {"cpu"}, "1:2:3"}}};
   std::string body = encode(h);
   Hello out;
   REQUIRE(!decode(bytes(body), body.size(), Limits(), out));
@@ -49,6 +49,7 @@ TEST_CASE("hello and welcome round-trip") {
   REQUIRE(out.channels.size() == 1);
   CHECK(out.channels[0].priority == -2);
   CHECK(out.channels[0].deviceTypes == std::vector<std::string>{"cpu"});
+  CHECK(out.channels[0].detail == "1:2:3");
   Welcome w;
   w.contextName = "srv";
   w.transport = "shm";

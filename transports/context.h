@@ -42,6 +42,10 @@ class Connection {
   void close() { close(ACTORPIPE_ERROR(EOFError)); }
   // "127.0.0.1:4242": for error messages.
   virtual std::string peerAddress() const = 0;
+  // Called once, on the loop, when the peer closes its end or dies, even if
+  // no operation is pending. Bytes that arrived before stay readable; reads
+  // beyond them fail with EOF.
+  virtual void onPeerGone(std::function<void(const Error&)> fn) = 0;
 };
 
 class Listener {

@@ -169,12 +169,13 @@ wire::Hello ContextCore::hello() const {
   for (const auto& t : transports_) {
     const auto& e = *t.second;
     if (e.down || !e.context->isViable()) continue;
-    hello.transports.push_back({e.name, e.priority, e.context->domainDescriptor(), {}});
+    hello.transports.push_back({e.name, e.priority, e.context->domainDescriptor(), {}, {}});
   }
   for (const auto& c : channels_) {
     const auto& e = *c.second;
     if (e.down || !e.context->isViable()) continue;
-    hello.channels.push_back({e.name, e.priority, e.context->domainDescriptor(), e.context->deviceTypes()});
+    hello.channels.push_back({e.name, e.priority, e.context->domainDescriptor(), e.context->deviceTypes(),
+                              e.context->helloDetail()});
   }
   return hello;
 }

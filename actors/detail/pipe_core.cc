@@ -176,9 +176,9 @@ void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
   op->message = std::move(message);
   op->fn = std::move(fn);
   writes_.push_back(op);
-  if (error_) {
+  if (error_ || writeError_) {
     op->done = true;
-    op->error = error_;
+    op->error = error_ ? error_ : writeError_;
     flushWrites();
   } else if (state_ == State::kEstablished) {
     sendWrite(op);
@@ -287,7 +287,11 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
     for (const auto& o : outOfBand) {
       frame.routes[o.route].channelDescriptor =
           o.endpoint->send(o.ptr, o.length, [self, complete](const Error& e) {
-            self->loop_->post([complete, e] { complete(e); });
+            if (self->loop_->inLoop()) {
+              complete(e);
+            } else {
+              self->loop_->post([complete, e] { complete(e); });
+            }
           });
     }
     body = wire::encode(frame);
@@ -459,7 +463,11 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
       connection_->read(region.ptr, region.length, complete);
     } else {
       region.endpoint->recv(*region.descriptor, region.ptr, region.length, [self, complete](const Error& e) {
-        self->loop_->post([complete, e] { complete(e); });
+        if (self->loop_->inLoop()) {
+          complete(e);
+        } else {
+          self->loop_->post([complete, e] { complete(e); });
+        }
       });
     }
   }
@@ -475,10 +483,29 @@ void PipeCore::flushReads() {
 
 // --- failing ------------------------------------------------------------------
 
+void PipeCore::onPeerGone(const Error& error) {
+  if (error_ || writeError_) return;
+  for (auto& e : endpoints_) {
+    e.second->flush();  // what the peer acknowledged before it went is done
+  }
+  writeError_ = error;
+  for (auto& op : writes_) {
+    if (!op->done) {
+      op->done = true;
+      op->error = error;
+    }
+  }
+  flushWrites();
+}
+
 // Every pending callback fires once with `error`, in call order per kind.
 void PipeCore::fail(Error error) {
   if (error_) {
     return;
+  }
+  // What the peer already finished counts as done, not as failed.
+  for (auto& e : endpoints_) {
+    e.second->flush();
   }
   error_ = std::move(error);
   if (state_ == State::kAwaitingJoin) {

@@ -78,6 +78,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void doReadDescriptor(Pipe::read_descriptor_callback_fn fn);
   void doRead(Allocation allocation, Pipe::read_callback_fn fn);
   void fail(Error error);
+  // The peer closed its end or died: writes can no longer complete, what it
+  // sent before can still be read.
+  void onPeerGone(const Error& error);
 
  private:
   enum class State {
@@ -150,6 +153,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
 
   State state_{State::kClosed};
   Error error_;
+  Error writeError_;  // set once the peer is gone; later writes fail with it
   ready_fn ready_;
   std::shared_ptr<JoinRegistry> registry_;
   uint64_t joinToken_{0};

@@ -162,6 +162,7 @@ void PipeCore::onWelcome(const uint8_t* body, size_t length) {
       Error error;
       auto endpoint = entry->context->connectEndpoint(setup->second, error);
       if (!endpoint) return fail(error);
+      endpoint->attach(*loop_);
       endpoints_[choice.second] = std::move(endpoint);
     }
   }
@@ -231,6 +232,12 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
                       " here, " + theirs->domainDescriptor + " there)");
       continue;
     }
+    std::string why;
+    auto entry = context_->channel(mine.name);
+    if (entry && !entry->context->reachable(theirs->detail, why)) {
+      notes.push_back("channel " + mine.name + ": " + why);
+      continue;
+    }
     for (const auto& device : mine.deviceTypes) {
       if (std::find(theirs->deviceTypes.begin(), theirs->deviceTypes.end(), device) ==
           theirs->deviceTypes.end()) continue;
@@ -241,6 +248,11 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
         bestChannelScore[device] = score;
         chosen[device] = mine.name;
       }
+    }
+  }
+  for (const auto& theirs : hello.channels) {
+    if (find(ours.channels, theirs.name) == nullptr) {
+      notes.push_back("channel " + theirs.name + ": not offered here");
     }
   }
   if (chosen.empty()) {
@@ -268,6 +280,7 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
       if (!endpoint) {
         return reject("channel '" + c.second + "' cannot serve this pipe: " + error.what());
       }
+      endpoint->attach(*loop_);
       endpoints_[c.second] = std::move(endpoint);
       welcome.setups.emplace_back(c.second, setup);
     }
@@ -325,6 +338,10 @@ void PipeCore::reject(const std::string& reason) {
 
 void PipeCore::establish() {
   state_ = State::kEstablished;
+  std::weak_ptr<PipeCore> weak = shared_from_this();
+  connection_->onPeerGone([weak](const Error& e) {
+    if (auto core = weak.lock()) core->onPeerGone(e);
+  });
   {
     std::lock_guard<std::mutex> guard(infoMutex_);
     info_.established = true;

@@ -62,6 +62,7 @@ class DeadConnection final : public transport::Connection {
   void write(std::vector<transport::Slice>, write_callback_fn fn) override { fn(error_); }
   void close(Error) override {}
   std::string peerAddress() const override { return "(closed mpt lane)"; }
+  void onPeerGone(std::function<void(const Error&)>) override {}
 
  private:
   Error error_;

@@ -123,6 +123,7 @@ void writeOffers(Writer& w, const std::vector<Offer>& offers, bool withDevices) 
     if (withDevices) {
       w.u32(static_cast<uint32_t>(o.deviceTypes.size()));
       for (const auto& d : o.deviceTypes) w.str(d);
+      w.str(o.detail);
     }
   }
 }
@@ -138,6 +139,7 @@ void readOffers(Reader& r, const Limits& limits, std::vector<Offer>& offers, boo
       uint32_t m = r.count(4, 64, "device type");
       o.deviceTypes.resize(m);
       for (auto& d : o.deviceTypes) d = r.str("device type");
+      o.detail = r.str("channel detail");
     }
   }
 }

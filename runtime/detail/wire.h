@@ -43,6 +43,7 @@ struct Offer {
   int64_t priority{0};
   std::string domainDescriptor;
   std::vector<std::string> deviceTypes;  // channels only
+  std::string detail;                    // channels only: see channel::Context::helloDetail
 };
 
 struct Hello {

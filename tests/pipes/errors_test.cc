@@ -487,3 +487,34 @@ TEST_CASE("Context::close and join: every pending callback fires once, none afte
   auto late = client->connect(listener->url("tcp"));
   CHECK(writeSync(*late, Message(), std::chrono::seconds(5)).isOfType<ContextClosedError>());
 }
+
+TEST_CASE("data written just before the peer exits is still delivered (tcp)") {
+  Child child = Child::spawn([](Child& self) {
+    auto context = makeContext("leaver");
+    auto listener = context->listen({"tcp://127.0.0.1:0"});
+    self.send(listener->url("tcp"));
+    auto pipe = acceptSync(*listener);
+    CHILD_CHECK(pipe != nullptr);
+    Storage s;
+    s.payloads.push_back(pattern(1000, 42));
+    s.tensors.push_back(pattern(30000, 43));
+    CHILD_CHECK(!writeSync(*pipe, messageOver(s, "last words")));
+    ::_exit(0);  // no goodbye
+    return 0;
+  });
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeContext("client");
+  auto pipe = context->connect(url);
+  REQUIRE(child.wait() == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the EOF arrives before we read
+  Received r = readSync(*pipe);
+  REQUIRE_MESSAGE(!r.error, r.error.what());
+  CHECK(r.descriptor.metadata == "last words");
+  CHECK(r.storage.payloads[0] == pattern(1000, 42));
+  CHECK(r.storage.tensors[0] == pattern(30000, 43));
+  Received after = readSync(*pipe);
+  CHECK(after.error.isOfType<EOFError>());
+  // Writes to a peer that is gone fail, and say so.
+  CHECK(writeSync(*pipe, Message()));
+}

@@ -42,6 +42,16 @@ void crashHandler(int signal) {
 
 }  // namespace
 
+std::shared_ptr<Context> makeFullContext(const std::string& name) {
+  auto context = std::make_shared<Context>(ContextOptions().name(name));
+  context->registerTransport(0, "tcp", transport::uv::create());
+  context->registerTransport(10, "shm", transport::shm::create());
+  context->registerChannel(0, "basic", channel::basic::create());
+  context->registerChannel(10, "cma", channel::cma::create());
+  context->registerChannel(20, "xth", channel::xth::create());
+  return context;
+}
+
 Child Child::spawn(Body body, std::chrono::seconds lifetime) {
   int fds[2];
   if (::pipe(fds) != 0) std::abort();

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/runtime/context.h>
 #include <actorpipe/runtime/listener.h>
@@ -108,6 +110,10 @@ std::shared_ptr<actorpipe::Pipe> acceptSync(actorpipe::Listener& listener,
 // message of `pipes` accepted pipes back until each peer hangs up.
 int echoServer(Child& self, int pipes = 1, bool withMpt = false,
                const std::string& listenUrl = "tcp://127.0.0.1:0");
+
+// Every backend that works without hardware: uv ("tcp", 0), shm (10),
+// basic (0), cma (10), xth (20).
+std::shared_ptr<actorpipe::Context> makeFullContext(const std::string& name);
 
 // A timeout sentinel for futures.
 template <typename T>

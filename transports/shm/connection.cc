@@ -207,6 +207,11 @@ void ShmConnection::peerGone() {
   if (poll_ != nullptr) {
     uv_poll_stop(poll_);
   }
+  if (peerGoneFn_) {
+    auto fn = std::move(peerGoneFn_);
+    peerGoneFn_ = nullptr;
+    fn(ACTORPIPE_ERROR(EOFError));
+  }
   serveReads();
   if (!reads_.empty() || !writes_.empty()) {
     closeInLoop(ACTORPIPE_ERROR(EOFError));
@@ -378,6 +383,11 @@ void ShmConnection::close(Error reason) {
 void ShmConnection::closeInLoop(const Error& reason) {
   if (error_) return;
   error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  if (peerGoneFn_) {
+    auto fn = std::move(peerGoneFn_);
+    peerGoneFn_ = nullptr;
+    fn(error_);
+  }
   if (polled_) {
     loop_.removePoller(this);
     polled_ = false;

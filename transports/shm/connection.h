@@ -37,6 +37,7 @@ class ShmConnection final : public Connection,
   void write(std::vector<Slice> slices, write_callback_fn fn) override;
   void close(Error reason) override;
   std::string peerAddress() const override { return peer_; }
+  void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
 
   bool poll() override;
   bool prepareToSleep() override;
@@ -84,6 +85,7 @@ class ShmConnection final : public Connection,
   bool polled_{false};
   Error error_;
   ready_fn onReady_;
+  std::function<void(const Error&)> peerGoneFn_;
   std::shared_ptr<ShmConnection> self_;  // alive while the loop watches us
 
   std::deque<ReadOp> reads_;

@@ -131,11 +131,31 @@ void UvConnection::pump() {
     fn(Error());  // may queue more reads or close us
   }
   pumping_ = false;
+  if (peerGone_ && !reads_.empty() && !error_) {
+    closeInLoop(ACTORPIPE_ERROR(EOFError));  // nothing more will come
+    return;
+  }
   updateReading();
 }
 
+// The peer closed its end: what it sent before is in staging and still
+// ours to deliver.
+void UvConnection::peerGone() {
+  peerGone_ = true;
+  if (reading_) {
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
+    reading_ = false;
+  }
+  if (peerGoneFn_) {
+    auto fn = std::move(peerGoneFn_);
+    peerGoneFn_ = nullptr;
+    fn(ACTORPIPE_ERROR(EOFError));
+  }
+  if (!error_) pump();
+}
+
 void UvConnection::updateReading() {
-  if (!connected_ || error_ || handle_ == nullptr) {
+  if (!connected_ || error_ || handle_ == nullptr || peerGone_) {
     return;
   }
   bool stagingFull = stagingEnd_ == staging_.size() && stagingBegin_ == 0;
@@ -179,6 +199,10 @@ void UvConnection::onAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
 void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   auto* self = static_cast<UvConnection*>(stream->data);
   self->loop_.noteActivity();
+  if (nread == UV_EOF) {
+    self->peerGone();
+    return;
+  }
   if (nread < 0) {
     if (nread != UV_ENOBUFS) {
       self->closeInLoop(uvError("read", static_cast<int>(nread)));
@@ -278,6 +302,11 @@ void UvConnection::closeInLoop(const Error& reason) {
     return;
   }
   error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  if (peerGoneFn_) {
+    auto fn = std::move(peerGoneFn_);
+    peerGoneFn_ = nullptr;
+    fn(error_);
+  }
   auto reads = std::move(reads_);
   reads_.clear();
   auto early = std::move(writesBeforeConnect_);

@@ -30,6 +30,7 @@ class UvConnection final : public Connection,
   void write(std::vector<Slice> slices, write_callback_fn fn) override;
   void close(Error reason) override;
   std::string peerAddress() const override { return peer_; }
+  void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
 
  private:
   struct ReadOp {
@@ -46,6 +47,7 @@ class UvConnection final : public Connection,
   void issueWrite(WriteOp* op);
   void onConnected(int status);
   void pump();
+  void peerGone();
   void updateReading();
 
   static void onAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
@@ -59,6 +61,8 @@ class UvConnection final : public Connection,
   bool reading_{false};
   bool directRead_{false};
   bool pumping_{false};
+  bool peerGone_{false};
+  std::function<void(const Error&)> peerGoneFn_;
   Error error_;
   // Keeps us alive while libuv holds our handle.
   std::shared_ptr<UvConnection> self_;

@@ -1,0 +1,116 @@
+#include <actorpipe/channels/cma/factory.h>
+
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <actorpipe/channels/detail/pull_endpoint.h>
+#include <actorpipe/runtime/device.h>
+
+namespace actorpipe::channel::cma {
+namespace {
+
+// What the acceptor reads out of the connector during the handshake.
+const char kProbe[] = "actorpipe cma probe";
+
+std::string nsInode(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0 ? std::to_string(st.st_ino) : "?";
+}
+
+std::string readFirstWord(const char* path) {
+  std::string word;
+  std::ifstream(path) >> word;
+  return word;
+}
+
+// Empty when cma can work from this process; otherwise why not.
+std::string whyNot() {
+  std::string scope = readFirstWord("/proc/sys/kernel/yama/ptrace_scope");
+  if (!scope.empty() && scope != "0") {
+    return "Yama ptrace_scope is " + scope + " (cma needs 0)";
+  }
+  if (::prctl(PR_GET_DUMPABLE) != 1) {
+    return "this process is not dumpable";
+  }
+  char copy[sizeof(kProbe)] = {0};
+  iovec local{copy, sizeof(copy)};
+  iovec remote{const_cast<char*>(kProbe), sizeof(kProbe)};
+  if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(kProbe))) {
+    return std::string("process_vm_readv fails here: ") + std::strerror(errno);
+  }
+  return std::string();
+}
+
+class CmaContext final : public Context {
+ public:
+  CmaContext()
+      : domain_("cma/boot:" + readFirstWord("/proc/sys/kernel/random/boot_id") + "/uid:" +
+                std::to_string(::geteuid()) + "/userns:" + nsInode("/proc/self/ns/user") +
+                "/pidns:" + nsInode("/proc/self/ns/pid")),
+        whyNot_(whyNot()) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "%d:%" PRIxPTR ":%zu", static_cast<int>(::getpid()),
+                  reinterpret_cast<uintptr_t>(kProbe), sizeof(kProbe));
+    detail_ = buf;
+  }
+
+  const std::vector<std::string>& deviceTypes() const override { return deviceTypes_; }
+  bool isViable() const override { return whyNot_.empty(); }
+  const std::string& domainDescriptor() const override { return domain_; }
+  void setId(std::string id) override { id_ = std::move(id); }
+  void close() override {}
+  void join() override {}
+  bool sendsInline() const override { return false; }
+  std::string helloDetail() const override { return detail_; }
+
+  // The real test: can we read the peer's probe?
+  bool reachable(const std::string& peer, std::string& why) const override {
+    int pid = 0;
+    uintptr_t address = 0;
+    size_t length = 0;
+    if (std::sscanf(peer.c_str(), "%d:%" SCNxPTR ":%zu", &pid, &address, &length) != 3 ||
+        length != sizeof(kProbe)) {
+      why = "the peer sent no usable probe";
+      return false;
+    }
+    char copy[sizeof(kProbe)] = {0};
+    iovec local{copy, sizeof(copy)};
+    iovec remote{reinterpret_cast<void*>(address), sizeof(kProbe)};
+    if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(kProbe))) {
+      why = std::string("cannot read the peer's memory: ") + std::strerror(errno);
+      return false;
+    }
+    if (std::memcmp(copy, kProbe, sizeof(kProbe)) != 0) {
+      why = "the peer's probe reads wrong (not the process it claims to be)";
+      return false;
+    }
+    return true;
+  }
+
+  std::shared_ptr<Endpoint> acceptEndpoint(std::string&, Error&) override { return make(); }
+  std::shared_ptr<Endpoint> connectEndpoint(const std::string&, Error&) override { return make(); }
+
+ private:
+  std::shared_ptr<Endpoint> make() {
+    return std::make_shared<detail::PullEndpoint>(detail::crossProcessAccess(), "cma");
+  }
+  std::vector<std::string> deviceTypes_{kCpuDeviceType};
+  std::string domain_;
+  std::string whyNot_;
+  std::string detail_;
+  std::string id_{"cma"};
+};
+
+}  // namespace
+
+std::shared_ptr<Context> create() { return std::make_shared<CmaContext>(); }
+
+} // namespace actorpipe::channel::cma

@@ -1,0 +1,167 @@
+#include <actorpipe/channels/detail/pull_endpoint.h>
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace actorpipe::channel::detail {
+namespace {
+
+class InProcess final : public MemoryAccess {
+ public:
+  Error read(pid_t, void* local, uintptr_t remote, size_t length) override {
+    std::memcpy(local, reinterpret_cast<const void*>(remote), length);
+    return Error();
+  }
+  Error store(pid_t, uintptr_t remote, uint64_t value) override {
+    reinterpret_cast<std::atomic<uint64_t>*>(remote)->store(value, std::memory_order_release);
+    return Error();
+  }
+};
+
+class CrossProcess final : public MemoryAccess {
+ public:
+  Error read(pid_t pid, void* local, uintptr_t remote, size_t length) override {
+    size_t done = 0;
+    while (done < length) {
+      iovec l{static_cast<uint8_t*>(local) + done, length - done};
+      iovec r{reinterpret_cast<void*>(remote + done), length - done};
+      ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+      if (n <= 0) {
+        return ACTORPIPE_ERROR(SystemError, "process_vm_readv from pid " + std::to_string(pid),
+                               n < 0 ? errno : EIO);
+      }
+      done += static_cast<size_t>(n);
+    }
+    return Error();
+  }
+  Error store(pid_t pid, uintptr_t remote, uint64_t value) override {
+    // An aligned 8-byte write lands whole: the sender's atomic load sees the
+    // old or the new value, nothing in between.
+    iovec l{&value, sizeof(value)};
+    iovec r{reinterpret_cast<void*>(remote), sizeof(value)};
+    if (::process_vm_writev(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof(value))) {
+      return ACTORPIPE_ERROR(SystemError, "process_vm_writev to pid " + std::to_string(pid), errno);
+    }
+    return Error();
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<MemoryAccess> inProcessAccess() { return std::make_shared<InProcess>(); }
+std::shared_ptr<MemoryAccess> crossProcessAccess() { return std::make_shared<CrossProcess>(); }
+
+PullEndpoint::PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel)
+    : access_(std::move(access)), channel_(std::move(channel)), acked_(new std::atomic<uint64_t>(0)) {}
+// acked_ is deliberately not deleted (8 bytes per pipe): see the header.
+
+PullEndpoint::~PullEndpoint() = default;
+
+void PullEndpoint::attach(actorpipe::detail::Loop& loop) {
+  loop_ = &loop;
+  loop_->addPoller(this);
+  polled_ = true;
+}
+
+// "pid:address:length:ack-address:sequence"
+std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (error_) {
+    done(error_);
+    return std::string();
+  }
+  uint64_t seq = nextSeq_++;
+  pending_.push_back({seq, std::move(done)});
+  char buf[128];
+  std::snprintf(buf, sizeof(buf), "%d:%" PRIxPTR ":%zu:%" PRIxPTR ":%" PRIu64, static_cast<int>(::getpid()),
+                reinterpret_cast<uintptr_t>(ptr), length, reinterpret_cast<uintptr_t>(acked_), seq);
+  return buf;
+}
+
+void PullEndpoint::recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) {
+  int pid = 0;
+  uintptr_t address = 0, ack = 0;
+  size_t announced = 0;
+  uint64_t seq = 0;
+  int consumed = 0;
+  if (std::sscanf(descriptor.c_str(), "%d:%" SCNxPTR ":%zu:%" SCNxPTR ":%" SCNu64 "%n", &pid, &address,
+                  &announced, &ack, &seq, &consumed) != 5 ||
+      static_cast<size_t>(consumed) != descriptor.size()) {
+    return done(ACTORPIPE_ERROR(ProtocolError, "bad " + channel_ + " descriptor '" + descriptor + "'"));
+  }
+  if (announced != length) {
+    return done(ACTORPIPE_ERROR(ProtocolError, channel_ + " descriptor announces " + std::to_string(announced) +
+                                                   " bytes for a tensor of " + std::to_string(length)));
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (error_) return done(error_);
+  }
+  if (auto e = access_->read(pid, ptr, address, length)) return done(e);
+  // Acknowledge before reporting: see the header.
+  if (auto e = access_->store(pid, ack, seq)) return done(e);
+  done(Error());
+}
+
+bool PullEndpoint::poll() {
+  uint64_t acked = acked_->load(std::memory_order_acquire);
+  std::deque<Pending> finished;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    while (!pending_.empty() && pending_.front().seq <= acked) {
+      finished.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+  }
+  for (auto& p : finished) p.done(Error());
+  return !finished.empty();
+}
+
+bool PullEndpoint::prepareToSleep() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!pending_.empty() && loop_ != nullptr && wakeTimer_ == 0) {
+    // The peer's acknowledgement rings no bell: look again soon.
+    wakeTimer_ = loop_->after(std::chrono::milliseconds(1), [] {});
+  }
+  return true;
+}
+
+void PullEndpoint::awake() {
+  if (wakeTimer_ != 0) {
+    loop_->cancel(wakeTimer_);
+    wakeTimer_ = 0;
+  }
+}
+
+void PullEndpoint::close(const Error& reason) {
+  if (loop_ != nullptr && !loop_->inLoop()) {
+    // Our poller registration belongs to the loop thread.
+    auto self = shared_from_this();
+    if (loop_->post([self, reason] { self->closeInLoop(reason); })) return;
+  }
+  closeInLoop(reason);
+}
+
+void PullEndpoint::closeInLoop(const Error& reason) {
+  std::deque<Pending> failed;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (error_) return;
+    error_ = reason;
+    failed.swap(pending_);
+  }
+  if (polled_) {
+    awake();
+    loop_->removePoller(this);
+    polled_ = false;
+  }
+  for (auto& p : failed) p.done(reason);
+}
+
+} // namespace actorpipe::channel::detail

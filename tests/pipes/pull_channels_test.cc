@@ -1,0 +1,211 @@
+// cma between processes, xth within one: tensors copied once, straight into
+// the reader's memory; and both fall back to basic where they cannot work.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "../support/harness.h"
+
+using namespace actorpipe;
+using namespace testing;
+
+namespace {
+
+// Child: listen on shm (and tcp), echo every message of one pipe.
+int fullEcho(Child& self) {
+  auto context = makeFullContext("echo");
+  auto listener = context->listen({"shm://", "tcp://127.0.0.1:0"});
+  self.send(listener->url("tcp"));
+  auto pipe = acceptSync(*listener);
+  CHILD_CHECK(pipe != nullptr);
+  for (;;) {
+    Received r = readSync(*pipe);
+    if (r.error) return r.error.isOfType<EOFError>() ? 0 : 7;
+    Message m = messageOver(r.storage, r.descriptor.metadata);
+    CHILD_CHECK(!writeSync(*pipe, std::move(m)));
+  }
+}
+
+std::string joined(const std::vector<std::string>& notes) {
+  std::string s;
+  for (const auto& n : notes) s += n + "; ";
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("cma: same-host peers move tensors with process_vm_readv") {
+  Child child = Child::spawn(fullEcho);
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeFullContext("client");
+  auto pipe = context->connect(url);
+  std::vector<Storage> sent(6);
+  size_t sizes[] = {1, 1024, 65536, 1 << 20, 3 * 1000 * 1000 + 1, 20u << 20};
+  for (int i = 0; i < 6; ++i) {
+    sent[i].payloads.push_back(pattern(100 + i, i));
+    sent[i].tensors.push_back(pattern(sizes[i], i + 1));
+    sent[i].tensors.push_back(pattern(sizes[5 - i], i + 2));
+    pipe->write(messageOver(sent[i], std::to_string(i)), [](const Error& e) { CHECK(!e); });
+  }
+  for (int i = 0; i < 6; ++i) {
+    Received r = readSync(*pipe);
+    REQUIRE_MESSAGE(!r.error, r.error.what());
+    CHECK(r.descriptor.metadata == std::to_string(i));
+    CHECK(r.storage.payloads[0] == sent[i].payloads[0]);
+    CHECK(r.storage.tensors[0] == sent[i].tensors[0]);
+    CHECK(r.storage.tensors[1] == sent[i].tensors[1]);
+  }
+  PipeInfo info = pipe->info();
+  CHECK(info.transport == "shm");
+  CHECK(info.channels["cpu"] == "cma");
+  CHECK(joined(info.notes).find("channel xth: out of the peer's reach") != std::string::npos);
+  pipe.reset();
+  context->join();
+  CHECK(child.wait() == 0);
+}
+
+TEST_CASE("cma: a reader that exits right after reading does not fail the writer") {
+  // TensorPipe's cma tells the writer after the reader's callback, so a
+  // reader that exits at once makes the last write fail. Ours acknowledges
+  // first.
+  for (int round = 0; round < 5; ++round) {
+    Child child = Child::spawn([](Child& self) {
+      auto context = makeFullContext("reader");
+      auto listener = context->listen({"shm://"});
+      self.send(listener->url("shm"));
+      auto pipe = acceptSync(*listener);
+      CHILD_CHECK(pipe != nullptr);
+      Received r = readSync(*pipe);
+      CHILD_CHECK(!r.error);
+      CHILD_CHECK(r.storage.tensors[0] == pattern(4 << 20, 77));
+      ::_exit(0);  // at once, no goodbye
+      return 0;
+    });
+    std::string url = child.receive();
+    REQUIRE(!url.empty());
+    auto context = makeFullContext("writer");
+    auto pipe = context->connect(url);
+    Storage s;
+    s.tensors.push_back(pattern(4 << 20, 77));
+    Error e = writeSync(*pipe, messageOver(s, "last"));
+    CHECK_MESSAGE(!e, e.what());
+    CHECK(child.wait() == 0);
+    CHECK(pipe->info().channels["cpu"] == "cma");
+  }
+}
+
+TEST_CASE("cma: a reader killed before it reads fails the write") {
+  Child child = Child::spawn([](Child& self) {
+    auto context = makeFullContext("victim");
+    auto listener = context->listen({"shm://"});
+    self.send(listener->url("shm"));
+    auto pipe = acceptSync(*listener);
+    CHILD_CHECK(pipe != nullptr);
+    std::promise<void> described;
+    pipe->readDescriptor([&](const Error&, Descriptor) { described.set_value(); });
+    described.get_future().wait();
+    self.send("descriptor");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  });
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeFullContext("writer");
+  auto pipe = context->connect(url);
+  Storage s;
+  s.tensors.push_back(pattern(1 << 20, 5));
+  std::promise<Error> written;
+  pipe->write(messageOver(s, "never read"), [&](const Error& e) { written.set_value(e); });
+  REQUIRE(child.receive() == "descriptor");
+  child.kill(SIGKILL);
+  child.wait();
+  auto f = written.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(10)));
+  CHECK(f.get());
+}
+
+TEST_CASE("cma refused (another user) falls back to basic") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root to run a peer as another user");
+    return;
+  }
+  Child child = Child::spawn([](Child& self) {
+    CHILD_CHECK(::setgid(65534) == 0 && ::setuid(65534) == 0);  // nobody
+    return fullEcho(self);
+  });
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = makeFullContext("root");
+  auto pipe = context->connect(url);
+  Storage s;
+  s.tensors.push_back(pattern(2 << 20, 9));
+  REQUIRE(!writeSync(*pipe, messageOver(s, "hello nobody")));
+  Received r = readSync(*pipe);
+  REQUIRE_MESSAGE(!r.error, r.error.what());
+  CHECK(r.storage.tensors[0] == s.tensors[0]);
+  PipeInfo info = pipe->info();
+  CHECK(info.channels["cpu"] == "basic");
+  CHECK(joined(info.notes).find("channel cma: ") != std::string::npos);
+  MESSAGE("notes: " << joined(info.notes));
+  pipe.reset();
+  context->join();
+  CHECK(child.wait() == 0);
+}
+
+TEST_CASE("xth: two contexts of one process copy tensors directly") {
+  auto server = makeFullContext("server");
+  auto client = makeFullContext("client");
+  auto listener = server->listen({"shm://", "tcp://127.0.0.1:0"});
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  for (size_t size : {size_t(1), size_t(1024), size_t(16) << 20}) {
+    Storage s;
+    s.tensors.push_back(pattern(size, 3));
+    s.payloads.push_back(pattern(10, 4));
+    // A pulled tensor's write completes when the reader has copied it: read
+    // while the write is pending.
+    std::promise<Error> written;
+    pipe->write(messageOver(s, "x"), [&](const Error& e) { written.set_value(e); });
+    Received r = readSync(*accepted);
+    REQUIRE_MESSAGE(!r.error, r.error.what());
+    auto w = written.get_future();
+    REQUIRE(ready(w, std::chrono::seconds(10)));
+    CHECK(!w.get());
+    CHECK(r.storage.tensors[0] == s.tensors[0]);
+    CHECK(r.storage.payloads[0] == s.payloads[0]);
+  }
+  CHECK(pipe->info().channels["cpu"] == "xth");
+  CHECK(accepted->info().channels["cpu"] == "xth");
+  // Both ways, many at once.
+  std::vector<Storage> back(50);
+  for (int i = 0; i < 50; ++i) {
+    back[i].tensors.push_back(pattern(size_t(i) * 997, i));
+    accepted->write(messageOver(back[i], std::to_string(i)), [](const Error& e) { CHECK(!e); });
+  }
+  for (int i = 0; i < 50; ++i) {
+    Received r = readSync(*pipe);
+    REQUIRE(!r.error);
+    CHECK(r.descriptor.metadata == std::to_string(i));
+    CHECK(r.storage.tensors[0] == back[i].tensors[0]);
+  }
+}
+
+TEST_CASE("pull descriptors that do not parse or do not fit are protocol errors") {
+  auto cma = channel::cma::create();
+  std::string setup;
+  Error e;
+  auto endpoint = cma->acceptEndpoint(setup, e);
+  REQUIRE(endpoint != nullptr);
+  std::vector<uint8_t> buffer(16);
+  std::promise<Error> bad, wrongSize;
+  endpoint->recv("nonsense", buffer.data(), buffer.size(), [&](const Error& e) { bad.set_value(e); });
+  endpoint->recv("1:0:99:0:1", buffer.data(), buffer.size(), [&](const Error& e) { wrongSize.set_value(e); });
+  CHECK(bad.get_future().get().isOfType<ProtocolError>());
+  CHECK(wrongSize.get_future().get().isOfType<ProtocolError>());
+  endpoint->close(ACTORPIPE_ERROR(PipeClosedError));
+}
