@@ -12,10 +12,13 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cma/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
+#include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/uv/factory.h>
 
@@ -38,6 +41,7 @@ struct Options {
   std::string svg;
   bool pin{true};
   bool verify{false};
+  bool inProcess{false};
   int pollUs{-1};
 };
 
@@ -51,13 +55,16 @@ const std::map<std::string, std::function<std::shared_ptr<transport::Context>()>
 const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> kChannels{
     {"basic", [] { return channel::basic::create(); }},
     {"mpt", [] { return channel::mpt::create(kMptLanes, "127.0.0.1"); }},
+    {"cma", [] { return channel::cma::create(); }},
+    {"xth", [] { return channel::xth::create(); }},
 };
 
 void usage() {
   std::fprintf(stderr,
       "usage: actorpipe-bench [pipe] [options]\n"
       "  --transport NAME     tcp (alias uv), shm                   [tcp]\n"
-      "  --channel NAME       basic, mpt                            [basic]\n"
+      "  --channel NAME       basic, mpt, cma, xth (basic stays registered as fallback) [basic]\n"
+      "  --in-process         server in this process (another Context), not forked\n"
       "  --lanes N            mpt lanes                             [2]\n"
       "  --listen ADDRESS     address the server binds [127.0.0.1; for shm, autobind]\n"
       "  --metadata-size N    bytes of metadata per message         [8]\n"
@@ -97,6 +104,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--json") o.json = true;
     else if (a == "--verify") o.verify = true;
     else if (a == "--no-pin") o.pin = false;
+    else if (a == "--in-process") o.inProcess = true;
     else if (a == "--poll-us") o.pollUs = static_cast<int>(number());
     else if (a == "--lanes") kMptLanes = static_cast<size_t>(number());
     else if (a == "-h" || a == "--help") return false;
@@ -173,7 +181,8 @@ int main(int argc, char** argv) {
     if (o.pollUs >= 0) options.pollWindow(std::chrono::microseconds(o.pollUs));
     auto context = std::make_shared<Context>(options);
     context->registerTransport(0, o.transport, kTransports.at(o.transport)());
-    context->registerChannel(0, o.channel, kChannels.at(o.channel)());
+    context->registerChannel(10, o.channel, kChannels.at(o.channel)());
+    if (o.channel != "basic") context->registerChannel(0, "basic", channel::basic::create());
     return context;
   };
   std::vector<Shape> shapes;
@@ -187,14 +196,27 @@ int main(int argc, char** argv) {
   } else {
     shapes.push_back(o.shape);
   }
-  // Server on CPU 0, client on CPU 1, as TensorPipe's figures were taken.
-  Server server = forkEchoServer(o.transport + "://" + o.listen, 1, o.pin ? 0 : -1,
-                                 [&] { return makeContext("bench-server"); });
-  if (server.url.empty()) {
-    std::fprintf(stderr, "actorpipe-bench: the server did not start\n");
-    return 1;
+  Server server;
+  std::shared_ptr<Context> serverContext;
+  std::shared_ptr<Listener> serverListener;
+  std::thread serverThread;
+  int inProcessRc = 0;
+  if (o.inProcess) {
+    serverContext = makeContext("bench-server");
+    serverListener = serverContext->listen({o.transport + "://" + o.listen});
+    server.url = serverListener->url(o.transport);
+    serverThread = std::thread([&] { inProcessRc = serveEcho(*serverListener, 1); });
+  } else {
+    // Server on CPU 0, client on CPU 1, as TensorPipe's figures were taken.
+    server = forkEchoServer(o.transport + "://" + o.listen, 1, o.pin ? 0 : -1,
+                            [&] { return makeContext("bench-server"); });
+    if (server.url.empty()) {
+      std::fprintf(stderr, "actorpipe-bench: the server did not start\n");
+      return 1;
+    }
+    if (o.pin) pinToCpu(1);
   }
-  if (o.pin) pinToCpu(1);
+  std::vector<std::string> notes;
   bool tty = ::isatty(2);
   std::vector<Point> points;
   std::string negotiated;
@@ -224,6 +246,7 @@ int main(int argc, char** argv) {
         PipeInfo info = pipe->info();
         negotiated = info.transport;
         for (const auto& c : info.channels) negotiated += " + " + c.first + "->" + c.second;
+        notes = info.notes;
       }
       if (!o.json) {
         std::printf("%-50s p50 %9.1f us  p90 %9.1f us  p99 %9.1f us  %7.3f GB/s per direction\n",
@@ -234,7 +257,15 @@ int main(int argc, char** argv) {
     pipe.reset();
     context->join();
   }
-  int serverRc = waitServer(server);
+  int serverRc;
+  if (o.inProcess) {
+    serverThread.join();
+    serverListener.reset();
+    serverContext->join();
+    serverRc = inProcessRc;
+  } else {
+    serverRc = waitServer(server);
+  }
   if (serverRc != 0) {
     std::fprintf(stderr, "actorpipe-bench: the server exited with %d\n", serverRc);
     rc = 1;
@@ -252,6 +283,7 @@ int main(int argc, char** argv) {
     std::printf("\n]}\n");
   } else {
     std::printf("negotiated: %s\n", negotiated.c_str());
+    for (const auto& n : notes) std::printf("  %s\n", n.c_str());
   }
   if (!o.svg.empty() && points.size() > 1) {
     writeSvg(o.svg, points, "actorpipe " + o.transport + " + " + o.channel + ": tensor ping-pong");

@@ -31,6 +31,10 @@ class Endpoint {
   virtual void recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) = 0;
   // Fails pending and later operations with `reason`. Any thread.
   virtual void close(const Error& reason) = 0;
+  // Tensors shorter than this travel inline on the pipe's connection instead:
+  // below it, the channel's own costs (system calls, descriptors) outweigh
+  // the copy it saves. Both sides need not agree: each frame says which.
+  virtual size_t inlineBelow() const { return 0; }
   // The pipe's loop (called once, on it, right after the endpoint is made).
   virtual void attach(detail::Loop& loop) {}
   // Loop thread: complete at once whatever is already complete (the pipe is

@@ -235,6 +235,9 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame,
     total += t.length;
     frame.descriptor.tensors.push_back({t.length, device, t.targetDevice, t.metadata});
     channel::Endpoint* endpoint = endpointFor(it->second);
+    if (endpoint != nullptr && t.length < endpoint->inlineBelow()) {
+      endpoint = nullptr;  // small: inline is cheaper
+    }
     frame.routes.push_back({it->second, endpoint == nullptr, std::string()});
     if (endpoint == nullptr) {
       inlineData.push_back({ptr, t.length});
@@ -362,8 +365,9 @@ void PipeCore::onFrame() {
   for (size_t i = 0; i < frame_.routes.size(); ++i) {
     const auto& route = frame_.routes[i];
     auto it = channels_.find(frame_.descriptor.tensors[i].sourceDevice.type);
-    bool outOfBand = endpointFor(route.channel) != nullptr;
-    if (it == channels_.end() || it->second != route.channel || route.inlineData == outOfBand) {
+    // Any negotiated channel may send a tensor inline; out of band needs its endpoint.
+    bool outOfBandPossible = endpointFor(route.channel) != nullptr;
+    if (it == channels_.end() || it->second != route.channel || (!route.inlineData && !outOfBandPossible)) {
       return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) +
                                                      " arrives on channel '" + route.channel +
                                                      "', which this pipe did not negotiate"));

@@ -100,7 +100,9 @@ class CmaContext final : public Context {
 
  private:
   std::shared_ptr<Endpoint> make() {
-    return std::make_shared<detail::PullEndpoint>(detail::crossProcessAccess(), "cma");
+    // Two system calls and a page walk cost more than copying small tensors
+    // through the transport (measured: docs/benchmarks.md).
+    return std::make_shared<detail::PullEndpoint>(detail::crossProcessAccess(), "cma", 64 * 1024);
   }
   std::vector<std::string> deviceTypes_{kCpuDeviceType};
   std::string domain_;

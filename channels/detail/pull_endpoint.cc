@@ -57,8 +57,11 @@ class CrossProcess final : public MemoryAccess {
 std::shared_ptr<MemoryAccess> inProcessAccess() { return std::make_shared<InProcess>(); }
 std::shared_ptr<MemoryAccess> crossProcessAccess() { return std::make_shared<CrossProcess>(); }
 
-PullEndpoint::PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel)
-    : access_(std::move(access)), channel_(std::move(channel)), acked_(new std::atomic<uint64_t>(0)) {}
+PullEndpoint::PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel, size_t inlineBelow)
+    : access_(std::move(access)),
+      channel_(std::move(channel)),
+      inlineBelow_(inlineBelow),
+      acked_(new std::atomic<uint64_t>(0)) {}
 // acked_ is deliberately not deleted (8 bytes per pipe): see the header.
 
 PullEndpoint::~PullEndpoint() = default;

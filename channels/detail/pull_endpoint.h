@@ -39,7 +39,7 @@ class PullEndpoint final : public Endpoint,
                            public actorpipe::detail::Loop::Poller,
                            public std::enable_shared_from_this<PullEndpoint> {
  public:
-  PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel);
+  PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel, size_t inlineBelow);
   ~PullEndpoint() override;
 
   std::string send(const void* ptr, size_t length, done_fn done) override;
@@ -47,6 +47,7 @@ class PullEndpoint final : public Endpoint,
   void close(const Error& reason) override;
   void attach(actorpipe::detail::Loop& loop) override;
   void flush() override { poll(); }
+  size_t inlineBelow() const override { return inlineBelow_; }
 
   bool poll() override;
   bool prepareToSleep() override;
@@ -57,6 +58,7 @@ class PullEndpoint final : public Endpoint,
 
   std::shared_ptr<MemoryAccess> access_;
   std::string channel_;
+  size_t inlineBelow_;
   actorpipe::detail::Loop* loop_{nullptr};
   // Written by the peer (another thread, or another process). Never freed:
   // a peer that acknowledges late must not write into reused memory.

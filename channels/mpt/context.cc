@@ -150,6 +150,9 @@ class MptEndpoint final : public Endpoint {
     if (onClose_) onClose_();
   }
 
+  // Below one chunk a tensor would use one lane anyway: the pipe's own
+  // connection is as good, and already warm.
+  size_t inlineBelow() const override { return kMinChunk; }
   Lane& lane(size_t i) { return lanes_[i]; }
   size_t lanes() const { return lanes_.size(); }
   void onClose(std::function<void()> fn) { onClose_ = std::move(fn); }
