@@ -1,0 +1,121 @@
+// Transport pieces on their own: address parsing, and the ibv transport on a
+// host without RDMA hardware (this one, and CI's).
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include <actorpipe/transports/ibv/factory.h>
+#include <actorpipe/transports/uv/sockaddr.h>
+
+#include "support/harness.h"
+
+using namespace actorpipe;
+using namespace testing;
+
+TEST_CASE("uv addresses: IPv4, IPv6, names, defaults, and nonsense") {
+  using transport::uv::formatAddress;
+  using transport::uv::parseAddress;
+  using transport::uv::SockAddr;
+  SockAddr a;
+  REQUIRE(!parseAddress("127.0.0.1:4242", a));
+  CHECK(formatAddress(a.get()) == "127.0.0.1:4242");
+  REQUIRE(!parseAddress("127.0.0.1", a));
+  CHECK(formatAddress(a.get()) == "127.0.0.1:0");
+  REQUIRE(!parseAddress("[::1]:80", a));
+  CHECK(formatAddress(a.get()) == "[::1]:80");
+  REQUIRE(!parseAddress("::1", a));
+  CHECK(formatAddress(a.get()) == "[::1]:0");
+  REQUIRE(!parseAddress("localhost:7", a));
+  CHECK(formatAddress(a.get()).find(":7") != std::string::npos);
+  for (const char* bad : {"", ":80", "127.0.0.1:99999", "127.0.0.1:http", "[::1", "[::1]x", "no such host.invalid:1"}) {
+    Error e = parseAddress(bad, a);
+    CHECK_MESSAGE(e, bad);
+  }
+}
+
+TEST_CASE("IPv6 loopback pipes work where the host has ::1") {
+  auto server = makeContext("server");
+  auto listener = server->listen({"tcp://[::1]:0"});
+  Error e;
+  if (listener->address("tcp").empty()) {
+    MESSAGE("skipped: no IPv6 loopback here");
+    return;
+  }
+  auto client = makeContext("client");
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener, &e);
+  REQUIRE_MESSAGE(accepted != nullptr, e.what());
+  Storage s;
+  s.tensors.push_back(pattern(10000, 1));
+  REQUIRE(!writeSync(*pipe, messageOver(s, "v6")));
+  Received r = readSync(*accepted);
+  REQUIRE(!r.error);
+  CHECK(r.storage.tensors[0] == s.tensors[0]);
+}
+
+TEST_CASE("ibv: device discovery agrees with the host, and no device means not viable") {
+  std::string why;
+  auto ports = transport::ibv::listPorts(&why);
+  struct stat st {};
+  bool sysfs = ::stat("/sys/class/infiniband", &st) == 0;
+  if (!sysfs) {
+    CHECK(ports.empty());
+    CHECK(!why.empty());
+  }
+  for (const auto& p : ports) MESSAGE(p.device << " port " << p.port << ": " << p.state << ", " << p.linkLayer);
+  auto start = std::chrono::steady_clock::now();
+  auto ibv = transport::ibv::create();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // no slow start
+  bool anyActive = false;
+  for (const auto& p : ports) anyActive = anyActive || p.active;
+  CHECK(ibv->isViable() == anyActive);
+  CHECK(transport::ibv::whyNotViable().empty() == anyActive);
+  if (anyActive) {
+    MESSAGE("an RDMA port is active here: the not-viable checks below are skipped");
+    return;
+  }
+  MESSAGE("ibv not viable here: " << transport::ibv::whyNotViable());
+  // Used directly, it fails clearly and at once.
+  auto connection = ibv->connect("127.0.0.1:1");
+  std::promise<Error> wrote;
+  connection->write(nullptr, 0, [&](const Error& e) { wrote.set_value(e); });
+  auto f = wrote.get_future();
+  REQUIRE(ready(f, std::chrono::seconds(5)));
+  Error e = f.get();
+  CHECK(e.isOfType<ConnectError>());
+  CHECK(e.what().find("not viable") != std::string::npos);
+  auto listener = ibv->listen("127.0.0.1:0");
+  std::promise<Error> accepted;
+  listener->accept([&](const Error& e, std::shared_ptr<transport::Connection>) { accepted.set_value(e); });
+  auto a = accepted.get_future();
+  REQUIRE(ready(a, std::chrono::seconds(5)));
+  CHECK(a.get());
+  ibv->join();
+}
+
+TEST_CASE("ibv: a context with ibv registered where it is not viable still talks, over uv") {
+  auto makeWithIbv = [](const std::string& name) {
+    auto context = std::make_shared<Context>(ContextOptions().name(name));
+    context->registerTransport(100, "ibv", transport::ibv::create());
+    context->registerTransport(0, "tcp", transport::uv::create());
+    context->registerChannel(0, "basic", channel::basic::create());
+    return context;
+  };
+  auto server = makeWithIbv("server");
+  auto client = makeWithIbv("client");
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto pipe = client->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  REQUIRE(!writeSync(*pipe, Message()));
+  REQUIRE(!readSync(*accepted).error);
+  if (!transport::ibv::whyNotViable().empty()) {
+    CHECK(pipe->info().transport == "tcp");
+  }
+  // A URL naming ibv fails with the reason instead of hanging.
+  auto direct = client->connect("ibv://127.0.0.1:1");
+  Error e = writeSync(*direct, Message(), std::chrono::seconds(10));
+  CHECK(e);
+}

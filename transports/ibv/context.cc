@@ -1,0 +1,192 @@
+// The ibv transport's context and listener. Bootstrap connections come from
+// a uv context of its own, on the same loop.
+#include <actorpipe/transports/ibv/factory.h>
+
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include <uv.h>
+
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/ibv/connection.h>
+#include <actorpipe/transports/ibv/device.h>
+#include <actorpipe/transports/ibv/not_viable.h>
+#include <actorpipe/transports/uv/factory.h>
+
+namespace actorpipe::transport::ibv {
+namespace {
+
+class IbvContext;
+
+class IbvListener final : public Listener, public std::enable_shared_from_this<IbvListener> {
+ public:
+  IbvListener(std::shared_ptr<IbvContext> context, std::shared_ptr<Listener> bootstrap)
+      : context_(std::move(context)), bootstrap_(std::move(bootstrap)) {}
+  void arm();
+  void accept(accept_callback_fn fn) override;
+  std::string addr() const override { return bootstrap_->addr(); }
+  void close() override { bootstrap_->close(); }
+
+ private:
+  void match();
+  std::shared_ptr<IbvContext> context_;
+  std::shared_ptr<Listener> bootstrap_;
+  std::mutex mutex_;
+  Error error_;
+  std::deque<accept_callback_fn> accepts_;
+  std::deque<std::shared_ptr<Connection>> ready_;
+};
+
+class IbvContext final : public Context, public std::enable_shared_from_this<IbvContext> {
+ public:
+  explicit IbvContext(std::shared_ptr<Device> device) : device_(std::move(device)), uv_(uv::create()) {}
+  ~IbvContext() override { join(); }
+
+  std::shared_ptr<Connection> connect(std::string addr) override {
+    auto connection = std::make_shared<IbvConnection>(loop(), device_, uv_->connect(addr), "ibv://" + addr);
+    auto self = shared_from_this();
+    loop().post([self, connection] {
+      self->watchCompletions();
+      self->track(connection);
+      connection->start([](const Error&) {});
+    });
+    return connection;
+  }
+
+  std::shared_ptr<Listener> listen(std::string addr) override {
+    auto listener = std::make_shared<IbvListener>(shared_from_this(), uv_->listen(addr));
+    listener->arm();
+    return listener;
+  }
+
+  bool isViable() const override { return true; }
+  const std::string& domainDescriptor() const override { return domain_; }
+  void setId(std::string id) override { id_ = std::move(id); }
+  void close() override { shutdown(ACTORPIPE_ERROR(ContextClosedError)); }
+  void join() override {
+    close();
+    uv_->join();
+    loop_.stopIfOwned();
+  }
+  detail::Loop& loop() override { return loop_.get(); }
+  bool adoptLoop(std::shared_ptr<detail::Loop> loop) override {
+    return loop_.adopt(loop) && uv_->adoptLoop(loop);
+  }
+  void shutdown(const Error& reason) override {
+    uv_->shutdown(reason);
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& c : connections_) {
+      if (auto live = c.second.lock()) live->close(reason);
+    }
+  }
+
+  // Loop thread.
+  void track(const std::shared_ptr<IbvConnection>& c) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      it = it->second.expired() ? connections_.erase(it) : std::next(it);
+    }
+    connections_[c->cq()] = c;
+  }
+  std::shared_ptr<Device> device() const { return device_; }
+
+  // One completion channel for all connections: its fd wakes the loop, the
+  // event names the completion queue, whose connection then polls.
+  void watchCompletions() {
+    if (poll_ != nullptr) return;
+    poll_ = new uv_poll_t;
+    uv_poll_init(loop().uv(), poll_, device_->channel->fd);
+    poll_->data = this;
+    uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+      auto* self = static_cast<IbvContext*>(h->data);
+      ibv_cq* cq = nullptr;
+      void* ctx = nullptr;
+      while (ibv_get_cq_event(self->device_->channel, &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        std::lock_guard<std::mutex> guard(self->mutex_);
+        auto it = self->connections_.find(cq);
+        if (it != self->connections_.end()) {
+          if (auto c = it->second.lock()) c->onCompletionEvent();
+        }
+      }
+      self->loop().noteActivity();
+    });
+  }
+
+ private:
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<Context> uv_;
+  std::string domain_{"ibv"};
+  std::string id_{"ibv"};
+  actorpipe::detail::LoopHolder loop_{"ibv"};
+  uv_poll_t* poll_{nullptr};
+  std::mutex mutex_;
+  std::map<ibv_cq*, std::weak_ptr<IbvConnection>> connections_;
+
+  friend class IbvListener;
+};
+
+void IbvListener::arm() {
+  auto self = shared_from_this();
+  bootstrap_->accept([self](const Error& e, std::shared_ptr<Connection> bootstrap) {
+    if (e) {
+      std::lock_guard<std::mutex> guard(self->mutex_);
+      self->error_ = e;
+    } else {
+      auto connection = std::make_shared<IbvConnection>(self->context_->loop(), self->context_->device_, bootstrap,
+                                                        "ibv peer " + bootstrap->peerAddress());
+      self->context_->watchCompletions();
+      self->context_->track(connection);
+      connection->start([self, connection](const Error& e) {
+        if (e) return;  // a peer that failed its setup concerns itself only
+        std::lock_guard<std::mutex> guard(self->mutex_);
+        self->ready_.push_back(connection);
+      });
+      self->arm();
+    }
+    self->match();
+  });
+}
+
+void IbvListener::accept(accept_callback_fn fn) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    accepts_.push_back(std::move(fn));
+  }
+  auto self = shared_from_this();
+  context_->loop().post([self] { self->match(); });
+}
+
+void IbvListener::match() {
+  for (;;) {
+    accept_callback_fn fn;
+    std::shared_ptr<Connection> connection;
+    Error error;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (accepts_.empty() || (ready_.empty() && !error_)) return;
+      fn = std::move(accepts_.front());
+      accepts_.pop_front();
+      if (!ready_.empty()) {
+        connection = std::move(ready_.front());
+        ready_.pop_front();
+      } else {
+        error = error_;
+      }
+    }
+    fn(error, connection);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Context> create() {
+  std::string why;
+  auto device = openFirstActivePort(why);
+  if (!device) return std::make_shared<NotViableContext>(why);
+  return std::make_shared<IbvContext>(device);
+}
+
+} // namespace actorpipe::transport::ibv
