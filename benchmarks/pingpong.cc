@@ -226,7 +226,8 @@ bool pinToCpu(int cpu) {
 }
 
 Server forkEchoServer(const std::string& url, int pipes, int cpu,
-                      const std::function<std::shared_ptr<Context>()>& makeContext) {
+                      const std::function<std::shared_ptr<Context>()>& makeContext,
+                      const std::string& alsoListen) {
   int fds[2];
   if (::pipe(fds) != 0) return {};
   std::fflush(stdout);
@@ -238,9 +239,11 @@ Server forkEchoServer(const std::string& url, int pipes, int cpu,
     int rc;
     {
       auto context = makeContext();
-      auto listener = context->listen({url});
-      std::string line;
-      for (const auto& a : listener->addresses()) line = a.first + "://" + a.second;
+      std::vector<std::string> urls{url};
+      if (!alsoListen.empty()) urls.push_back(alsoListen);
+      auto listener = context->listen(urls);
+      std::string scheme = url.substr(0, url.find("://"));
+      std::string line = listener->url(scheme);
       line += "\n";
       (void)!::write(fds[1], line.data(), line.size());
       ::close(fds[1]);

@@ -52,8 +52,11 @@ struct Server {
   int pid{-1};
   std::string url;
 };
+// `alsoListen` (if set) is a second URL the server listens on, so that
+// clients can move there (shm beside tcp, say).
 Server forkEchoServer(const std::string& url, int pipes, int cpu,
-                      const std::function<std::shared_ptr<Context>()>& makeContext);
+                      const std::function<std::shared_ptr<Context>()>& makeContext,
+                      const std::string& alsoListen = std::string());
 int waitServer(const Server& server);
 
 // Pins the calling process (and threads it starts later) to one CPU.
