@@ -36,7 +36,11 @@ Loop::~Loop() {
 bool Loop::post(Task task) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (stopping_.load(std::memory_order_relaxed)) {
+    // Accepted until the loop has drained its queue for the last time: a
+    // task refused here is one the loop thread can never be running, so the
+    // caller may do its work itself (an actor must not be cleaned up in the
+    // middle of its own activation).
+    if (finished_) {
       return false;
     }
     queue_.push_back(std::move(task));
@@ -166,7 +170,10 @@ void Loop::run() {
     worked = pollPollers() || worked;
     if (stopping_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard(mutex_);
-      if (queue_.empty()) break;
+      if (queue_.empty()) {
+        finished_ = true;
+        break;
+      }
     }
     if (worked) {
       idleTurns = 0;
@@ -216,7 +223,7 @@ void Loop::run() {
 void Loop::stop(Task teardown) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (!stopping_.load(std::memory_order_relaxed)) {
+    if (!stopping_.load(std::memory_order_relaxed) && !finished_) {
       if (teardown) {
         queue_.push_back(std::move(teardown));
         queued_.store(true, std::memory_order_release);

@@ -45,7 +45,7 @@ class Loop {
   Loop& operator=(const Loop&) = delete;
 
   // Runs `task` on the loop thread after the tasks posted before it. Returns
-  // false, and drops the task, once the loop has begun to stop.
+  // false, and drops the task, once the loop has finished its last turn.
   bool post(Task task);
 
   bool inLoop() const { return std::this_thread::get_id() == threadId_; }
@@ -92,6 +92,7 @@ class Loop {
   std::atomic<bool> queued_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> joined_{false};
+  bool finished_{false};  // guarded by mutex_: the loop will run no more tasks
   std::atomic<int64_t> pollWindow_{200};
   std::chrono::steady_clock::time_point lastActivity_{};
   std::vector<Poller*> pollers_;

@@ -213,9 +213,13 @@ TEST_CASE("both sides write at once") {
   auto pipe = context->connect(url);
   std::vector<Storage> out(kCount);
   std::atomic<int> failures{0};
+  std::atomic<int> written{0};
   for (int i = 0; i < kCount; ++i) {
     out[i].tensors.push_back(pattern(100000, 2000 + i));
-    pipe->write(messageOver(out[i], "p" + std::to_string(i)), [&](const Error& e) { if (e) failures++; });
+    pipe->write(messageOver(out[i], "p" + std::to_string(i)), [&](const Error& e) {
+      if (e) failures++;
+      written++;
+    });
   }
   for (int i = 0; i < kCount; ++i) {
     Received r = readSync(*pipe);
@@ -223,7 +227,10 @@ TEST_CASE("both sides write at once") {
     CHECK(r.descriptor.metadata == "c" + std::to_string(i));
     CHECK(r.storage.tensors[0] == pattern(100000, 1000 + i));
   }
-  // Every write of ours was read by the child before it could get here.
+  // Closing with writes still queued would cancel them: wait for them (the
+  // kernel delivers what it holds even after we close).
+  for (int i = 0; i < 2000 && written < kCount; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(written == kCount);
   pipe->close();
   CHECK(child.wait() == 0);
   CHECK(failures == 0);
