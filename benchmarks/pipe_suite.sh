@@ -7,15 +7,24 @@ build=${1:-build}
 bench=$build/benchmarks/actorpipe-bench
 repeat=${REPEAT:-5}
 cases=(
-  "uv+basic, 8 B metadata|--iterations 5000 --warmup 500"
-  "uv+basic, 8 B metadata, no polling|--iterations 2000 --warmup 200 --poll-us 0"
-  "uv+basic, 1 KiB payload|--payloads 1 --payload-size 1024 --iterations 5000 --warmup 500"
-  "uv+basic, 1 KiB tensor|--tensors 1 --tensor-size 1024 --iterations 5000 --warmup 500"
-  "uv+basic, 16 MiB tensor|--tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
-  "uv+basic, 64 MiB tensor|--tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
-  "uv+mpt(2), 1 KiB tensor|--channel mpt --tensors 1 --tensor-size 1024 --iterations 5000 --warmup 500"
-  "uv+mpt(2), 64 MiB tensor|--channel mpt --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
-  "uv+mpt(2), 64 MiB tensor, unpinned|--channel mpt --no-pin --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "tcp+basic, 8 B metadata|--iterations 5000 --warmup 500"
+  "tcp+basic, 8 B metadata, no polling|--iterations 2000 --warmup 200 --poll-us 0"
+  "tcp+basic, 1 KiB payload|--payloads 1 --payload-size 1024 --iterations 5000 --warmup 500"
+  "tcp+basic, 1 KiB tensor|--tensors 1 --tensor-size 1024 --iterations 5000 --warmup 500"
+  "tcp+basic, 16 MiB tensor|--tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
+  "tcp+basic, 64 MiB tensor|--tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "tcp+mpt(2), 64 MiB tensor|--channel mpt --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "tcp+mpt(2), 64 MiB tensor, unpinned|--channel mpt --no-pin --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "shm+basic, 8 B metadata|--transport shm --iterations 20000 --warmup 2000"
+  "shm+basic, 1 KiB tensor|--transport shm --tensors 1 --tensor-size 1024 --iterations 20000 --warmup 2000"
+  "shm+cma, 1 KiB tensor|--transport shm --channel cma --tensors 1 --tensor-size 1024 --iterations 20000 --warmup 2000"
+  "shm+basic, 16 MiB tensor|--transport shm --tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
+  "shm+cma, 16 MiB tensor|--transport shm --channel cma --tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
+  "shm+basic, 64 MiB tensor|--transport shm --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "shm+cma, 64 MiB tensor|--transport shm --channel cma --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "one process, shm+xth, 1 KiB tensor|--in-process --transport shm --channel xth --tensors 1 --tensor-size 1024 --iterations 20000 --warmup 2000"
+  "one process, shm+basic, 1 KiB tensor|--in-process --transport shm --tensors 1 --tensor-size 1024 --iterations 20000 --warmup 2000"
+  "one process, shm+xth, 16 MiB tensor|--in-process --transport shm --channel xth --tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
 )
 printf "%-42s %12s %12s %12s\n" "case" "p50 RTT us" "p99 RTT us" "GB/s/dir"
 for c in "${cases[@]}"; do

@@ -43,7 +43,7 @@ std::shared_ptr<Pipe> Context::connect(const std::string& url, PipeOptions opts)
     if (transport->down) {
       core = detail::PipeCore::failed(core_, transport->down);
     } else {
-      core = detail::PipeCore::connect(core_, transport, url, address);
+      core = detail::PipeCore::connect(core_, transport, url, address, opts);
       core_->track(core);
     }
   } else {

@@ -143,6 +143,19 @@ class UnknownTransportError final : public BaseError {
   std::string url_;
 };
 
+// Something did not happen in time: a handshake, or an operation past the
+// deadline set in ContextOptions / PipeOptions.
+class TimeoutError final : public BaseError {
+ public:
+  TimeoutError(std::string what, long long milliseconds) : what_(std::move(what)), ms_(milliseconds) {}
+  std::string what() const override {
+    return "timeout: " + what_ + " did not complete within " + std::to_string(ms_) + " ms";
+  }
+ private:
+  std::string what_;
+  long long ms_;
+};
+
 // A supervised transport or channel actor went down; its pipes fail with this.
 class BackendDownError final : public BaseError {
  public:

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace caf {
@@ -19,6 +20,8 @@ struct Limits {
   size_t maxTensorSize{size_t{64} << 30};   // one tensor
   size_t maxMessageSize{size_t{256} << 30}; // all payloads and tensors of a message
   size_t maxEntries{1u << 20};              // payloads + tensors of a message
+  size_t maxPendingOperations{1u << 16};    // per pipe, of each kind (write, readDescriptor, read)
+  size_t maxPendingPipes{1024};             // per listener: handshaking or waiting for accept()
 };
 
 class ContextOptions {
@@ -46,17 +49,33 @@ class ContextOptions {
     pollWindow_ = window;
     return *this;
   }
+  // A pipe whose handshake (and a connection's first frame) takes longer
+  // fails with a TimeoutError. TensorPipe waits forever.
+  ContextOptions& handshakeTimeout(std::chrono::milliseconds timeout) {
+    handshakeTimeout_ = timeout;
+    return *this;
+  }
+  // If set, an operation (write, readDescriptor, read) still pending after
+  // this long fails its pipe with a TimeoutError that names it. Zero: never.
+  ContextOptions& operationTimeout(std::chrono::milliseconds timeout) {
+    operationTimeout_ = timeout;
+    return *this;
+  }
 
   const std::string& name() const { return name_; }
   caf::actor_system* actorSystem() const { return system_; }
   const Limits& limits() const { return limits_; }
   std::chrono::microseconds pollWindow() const { return pollWindow_; }
+  std::chrono::milliseconds handshakeTimeout() const { return handshakeTimeout_; }
+  std::chrono::milliseconds operationTimeout() const { return operationTimeout_; }
 
  private:
   std::string name_;
   caf::actor_system* system_{nullptr};
   Limits limits_;
   std::chrono::microseconds pollWindow_{200};
+  std::chrono::milliseconds handshakeTimeout_{30000};
+  std::chrono::milliseconds operationTimeout_{0};
 };
 
 class PipeOptions {
@@ -66,10 +85,23 @@ class PipeOptions {
     remoteName_ = std::move(name);
     return *this;
   }
+  // Override the Context's timeouts for this pipe.
+  PipeOptions& handshakeTimeout(std::chrono::milliseconds timeout) {
+    handshakeTimeout_ = timeout;
+    return *this;
+  }
+  PipeOptions& operationTimeout(std::chrono::milliseconds timeout) {
+    operationTimeout_ = timeout;
+    return *this;
+  }
   const std::string& remoteName() const { return remoteName_; }
+  const std::optional<std::chrono::milliseconds>& handshakeTimeout() const { return handshakeTimeout_; }
+  const std::optional<std::chrono::milliseconds>& operationTimeout() const { return operationTimeout_; }
 
  private:
   std::string remoteName_;
+  std::optional<std::chrono::milliseconds> handshakeTimeout_;
+  std::optional<std::chrono::milliseconds> operationTimeout_;
 };
 
 } // namespace actorpipe

@@ -48,7 +48,36 @@ void bouncePipeMessage(caf::mailbox_element& element) {
 }  // namespace
 
 PipeCore::PipeCore(std::shared_ptr<ContextCore> context, Loop* loop)
-    : context_(std::move(context)), loop_(loop) {}
+    : context_(std::move(context)),
+      loop_(loop),
+      handshakeTimeout_(context_->options().handshakeTimeout()),
+      operationTimeout_(context_->options().operationTimeout()) {}
+
+uint64_t PipeCore::armDeadline(const char* what) {
+  if (operationTimeout_.count() <= 0) return 0;
+  std::weak_ptr<PipeCore> weak = shared_from_this();
+  auto timeout = operationTimeout_;
+  return loop_->after(timeout, [weak, what, timeout] {
+    // An operation can stop half-way through a message: only failing the
+    // whole pipe leaves nothing inconsistent behind.
+    if (auto core = weak.lock()) core->fail(ACTORPIPE_ERROR(TimeoutError, what, timeout.count()));
+  });
+}
+
+void PipeCore::disarm(uint64_t& timer) {
+  if (timer != 0) {
+    loop_->cancel(timer);
+    timer = 0;
+  }
+}
+
+Error PipeCore::admit(size_t pending, const char* what) const {
+  size_t limit = context_->limits().maxPendingOperations;
+  if (pending >= limit) {
+    return ACTORPIPE_ERROR(LimitExceededError, std::string("pending ") + what + " operations count", pending, limit);
+  }
+  return Error();
+}
 
 PipeCore::~PipeCore() {
   if (connection_) {
@@ -175,12 +204,16 @@ void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
   auto op = std::make_shared<WriteOp>();
   op->message = std::move(message);
   op->fn = std::move(fn);
+  Error refused = error_ ? error_ : writeError_ ? writeError_ : admit(writes_.size(), "write");
   writes_.push_back(op);
-  if (error_ || writeError_) {
+  if (refused) {
     op->done = true;
-    op->error = error_ ? error_ : writeError_;
+    op->error = refused;
     flushWrites();
-  } else if (state_ == State::kEstablished) {
+    return;
+  }
+  op->deadline = armDeadline("write");
+  if (state_ == State::kEstablished) {
     sendWrite(op);
   }
 }
@@ -313,6 +346,7 @@ void PipeCore::flushWrites() {
   while (!writes_.empty() && writes_.front()->done) {
     auto op = std::move(writes_.front());
     writes_.pop_front();
+    disarm(op->deadline);
     op->fn(op->error);
   }
 }
@@ -320,11 +354,12 @@ void PipeCore::flushWrites() {
 // --- reading ------------------------------------------------------------------
 
 void PipeCore::doReadDescriptor(Pipe::read_descriptor_callback_fn fn) {
-  if (error_) {
-    fn(error_, Descriptor());
+  Error refused = error_ ? error_ : admit(descriptorReads_.size(), "readDescriptor");
+  if (refused) {
+    fn(refused, Descriptor());
     return;
   }
-  descriptorReads_.push_back(std::move(fn));
+  descriptorReads_.push_back({std::move(fn), armDeadline("readDescriptor")});
   advanceReads();
 }
 
@@ -374,9 +409,10 @@ void PipeCore::onFrame() {
     }
   }
   readState_ = ReadState::kAwaitingAllocation;
-  auto fn = std::move(descriptorReads_.front());
+  auto op = std::move(descriptorReads_.front());
   descriptorReads_.pop_front();
-  fn(Error(), frame_.descriptor);
+  disarm(op.deadline);
+  op.fn(Error(), frame_.descriptor);
 }
 
 Error PipeCore::checkAllocation(const Allocation& allocation) const {
@@ -408,9 +444,12 @@ Error PipeCore::checkAllocation(const Allocation& allocation) const {
 void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
   auto op = std::make_shared<ReadOp>();
   op->fn = std::move(fn);
+  Error refused = admit(reads_.size(), "read");
   reads_.push_back(op);
   if (error_) {
     op->error = error_;
+  } else if (refused) {
+    op->error = refused;
   } else if (readState_ != ReadState::kAwaitingAllocation) {
     op->error = ACTORPIPE_ERROR(LogicError, "read() called with no descriptor waiting for its data");
   } else {
@@ -422,6 +461,7 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     return;
   }
   readState_ = ReadState::kReadingData;
+  op->deadline = armDeadline("read");
   const Descriptor& d = frame_.descriptor;
   // Inline bytes come off the connection in stream order; out-of-band
   // tensors come from their channel's endpoint.
@@ -481,6 +521,7 @@ void PipeCore::flushReads() {
   while (!reads_.empty() && reads_.front()->done) {
     auto op = std::move(reads_.front());
     reads_.pop_front();
+    disarm(op->deadline);
     op->fn(op->error);
   }
 }
@@ -516,6 +557,7 @@ void PipeCore::fail(Error error) {
     registry_->forget(joinToken_);
     loop_->cancel(joinTimer_);
   }
+  if (loop_ != nullptr) disarm(handshakeTimer_);
   state_ = State::kClosed;
   if (connection_) {
     connection_->close(error_);
@@ -532,8 +574,9 @@ void PipeCore::fail(Error error) {
   flushWrites();
   auto descriptorReads = std::move(descriptorReads_);
   descriptorReads_.clear();
-  for (auto& fn : descriptorReads) {
-    fn(error_, Descriptor());
+  for (auto& op : descriptorReads) {
+    disarm(op.deadline);
+    op.fn(error_, Descriptor());
   }
   for (auto& op : reads_) {
     if (!op->done) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <actorpipe/runtime/detail/wire.h>
 #include <actorpipe/runtime/error.h>
 #include <actorpipe/runtime/message.h>
+#include <actorpipe/runtime/options.h>
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/transports/context.h>
 
@@ -38,7 +40,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   // The connecting side: connects, says hello, waits for the welcome.
   static std::shared_ptr<PipeCore> connect(const std::shared_ptr<ContextCore>& context,
                                            std::shared_ptr<const TransportEntry> transport,
-                                           const std::string& url, const std::string& address);
+                                           const std::string& url, const std::string& address,
+                                           const PipeOptions& options);
   // A pipe that failed before it began (unknown scheme, closed context).
   static std::shared_ptr<PipeCore> failed(const std::shared_ptr<ContextCore>& context,
                                           Error error);
@@ -104,6 +107,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   struct WriteOp {
     Message message;
     Pipe::write_callback_fn fn;
+    uint64_t deadline{0};  // timer, 0 if none
     std::string frame;
     size_t pending{0};  // the frame's write plus each out-of-band send
     bool sent{false};
@@ -119,12 +123,14 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   };
   struct ReadOp {
     Pipe::read_callback_fn fn;
+    uint64_t deadline{0};
     bool done{false};
     Error error;
   };
 
   void spawnActor();
   void startConnector();
+  void armHandshakeTimer();
   void onHello(const uint8_t* body, size_t length);
   void onWelcome(const uint8_t* body, size_t length);
   void reject(const std::string& reason);
@@ -142,6 +148,11 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void onFrame();
   Error checkAllocation(const Allocation& allocation) const;
   void flushReads();
+  // Loop thread: a timer that fails the pipe if `what` is still pending
+  // when the operation timeout has passed; 0 when there is no timeout.
+  uint64_t armDeadline(const char* what);
+  void disarm(uint64_t& timer);
+  Error admit(size_t pending, const char* what) const;
 
   std::shared_ptr<ContextCore> context_;
   Loop* loop_;
@@ -158,6 +169,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   std::shared_ptr<JoinRegistry> registry_;
   uint64_t joinToken_{0};
   uint64_t joinTimer_{0};
+  uint64_t handshakeTimer_{0};
+  std::chrono::milliseconds handshakeTimeout_{0};
+  std::chrono::milliseconds operationTimeout_{0};
   std::vector<std::string> notes_;
   // device type -> channel chosen in the handshake
   std::map<std::string, std::string> channels_;
@@ -167,7 +181,11 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   std::deque<std::shared_ptr<WriteOp>> writes_;
 
   ReadState readState_{ReadState::kIdle};
-  std::deque<Pipe::read_descriptor_callback_fn> descriptorReads_;
+  struct DescriptorOp {
+    Pipe::read_descriptor_callback_fn fn;
+    uint64_t deadline{0};
+  };
+  std::deque<DescriptorOp> descriptorReads_;
   std::deque<std::shared_ptr<ReadOp>> reads_;
   uint8_t header_[wire::kHeaderSize];
   std::vector<uint8_t> frameBody_;

@@ -57,8 +57,11 @@ std::string priorities(const wire::Offer& mine, const wire::Offer& theirs) {
 
 std::shared_ptr<PipeCore> PipeCore::connect(const std::shared_ptr<ContextCore>& context,
                                             std::shared_ptr<const TransportEntry> transport,
-                                            const std::string& url, const std::string& address) {
+                                            const std::string& url, const std::string& address,
+                                            const PipeOptions& options) {
   auto core = std::make_shared<PipeCore>(context, &transport->context->loop());
+  if (options.handshakeTimeout()) core->handshakeTimeout_ = *options.handshakeTimeout();
+  if (options.operationTimeout()) core->operationTimeout_ = *options.operationTimeout();
   core->transport_ = std::move(transport);
   core->url_ = url;
   core->state_ = State::kConnecting;
@@ -89,17 +92,31 @@ std::shared_ptr<PipeCore> PipeCore::accept(const std::shared_ptr<ContextCore>& c
   core->registry_ = std::move(registry);
   core->ready_ = std::move(ready);
   core->spawnActor();
+  core->armHandshakeTimer();
   core->onHello(hello.data(), hello.size());  // we are on the loop
   return core;
 }
 
 // --- connecting side ----------------------------------------------------------
 
+void PipeCore::armHandshakeTimer() {
+  if (handshakeTimeout_.count() <= 0) return;
+  std::weak_ptr<PipeCore> weak = shared_from_this();
+  auto timeout = handshakeTimeout_;
+  handshakeTimer_ = loop_->after(timeout, [weak, timeout] {
+    if (auto core = weak.lock()) {
+      core->handshakeTimer_ = 0;
+      core->fail(ACTORPIPE_ERROR(TimeoutError, "the handshake with " + core->url_, timeout.count()));
+    }
+  });
+}
+
 void PipeCore::startConnector() {
   if (error_) {
     connection_->close(error_);
     return;
   }
+  armHandshakeTimer();
   auto hello = std::make_shared<std::string>(frameOf(wire::FrameType::kHello, context_->hello()));
   auto self = shared_from_this();
   connection_->write(hello->data(), hello->size(), [self, hello](const Error& e) {
@@ -338,6 +355,7 @@ void PipeCore::reject(const std::string& reason) {
 
 void PipeCore::establish() {
   state_ = State::kEstablished;
+  disarm(handshakeTimer_);
   std::weak_ptr<PipeCore> weak = shared_from_this();
   connection_->onPeerGone([weak](const Error& e) {
     if (auto core = weak.lock()) core->onPeerGone(e);
