@@ -374,6 +374,8 @@ private:
 
 } // namespace detail
 
+// Operations are const: a Channel is a handle, like a shared_ptr, and
+// const-ness of the handle says nothing about the shared queue.
 template <class T>
 class Channel {
 public:
@@ -387,25 +389,25 @@ public:
   // Enqueues all items as one contiguous batch, waiting for room if the
   // channel is bounded. Returns OPEN, or CLOSED/DRAINED with nothing written.
   template <class... Us>
-  Status write(Us&&... items) {
+  Status write(Us&&... items) const {
     return write_impl(nullptr, true, std::forward<Us>(items)...);
   }
 
   // Like write, but returns FULL instead of waiting for room.
   template <class... Us>
-  Status try_write(Us&&... items) {
+  Status try_write(Us&&... items) const {
     return write_impl(nullptr, false, std::forward<Us>(items)...);
   }
 
   // Like write, but returns FULL if no room came within `timeout`.
   template <class Rep, class Period, class... Us>
-  Status write_for(std::chrono::duration<Rep, Period> timeout, Us&&... items) {
+  Status write_for(std::chrono::duration<Rep, Period> timeout, Us&&... items) const {
     auto deadline = detail::Clock::now() + timeout;
     return write_impl(&deadline, true, std::forward<Us>(items)...);
   }
 
   // Writes a whole vector as one atomic batch.
-  Status write_all(std::vector<T> items) {
+  Status write_all(std::vector<T> items) const {
     auto count = items.size();
     return state_->write(
       count,
@@ -418,21 +420,21 @@ public:
 
   // Waits for an item. Returns (OPEN, item), (CLOSED, item) while a closed
   // channel still holds items, then (DRAINED, nothing).
-  ReadResult<T> read() { return state_->read(nullptr, true); }
+  ReadResult<T> read() const { return state_->read(nullptr, true); }
 
   // Never waits: (EMPTY, nothing) if the channel is open but empty.
-  ReadResult<T> try_read() { return state_->read(nullptr, false); }
+  ReadResult<T> try_read() const { return state_->read(nullptr, false); }
 
   // Waits at most `timeout`: (EMPTY, nothing) on timeout.
   template <class Rep, class Period>
-  ReadResult<T> read_for(std::chrono::duration<Rep, Period> timeout) {
+  ReadResult<T> read_for(std::chrono::duration<Rep, Period> timeout) const {
     auto deadline = detail::Clock::now() + timeout;
     return state_->read(&deadline, true);
   }
 
   // Idempotent. Refuses further writes and wakes every waiting reader and
   // writer; readers still get the remaining items.
-  void close() { state_->close(); }
+  void close() const { state_->close(); }
 
   Status status() const { return state_->status(); }
   bool is_closed() const { return state_->status() != Status::open; }
@@ -449,7 +451,7 @@ public:
 private:
   template <class... Us>
   Status write_impl(const detail::Clock::time_point* deadline, bool blocking,
-                    Us&&... items) {
+                    Us&&... items) const {
     static_assert(sizeof...(Us) > 0, "write needs at least one item");
     // Items are only moved from if the write happens, so a refused write
     // leaves the caller's values intact.

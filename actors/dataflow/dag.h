@@ -37,7 +37,8 @@ class actor_system;
 namespace actorpipe::dataflow {
 
 struct StageOptions {
-  // Actors sharing the stage's input (each item reaches one of them).
+  // Actors sharing the stage's input (each item reaches one of them); with
+  // more than one, the stage function is called concurrently.
   std::size_t actors = 1;
   // Capacity of the stage's output channel; 0 means unbounded.
   std::size_t capacity = 0;
@@ -109,7 +110,7 @@ private:
 
   // Runs the stage function; on an exception reports it and shuts the stage
   // down on both sides. Returns false then.
-  auto apply(In& item, Channel<In>& input) {
+  auto apply(In& item, const Channel<In>& input) {
     using Produced = std::conditional_t<is_sink, bool, std::optional<Out>>;
     Produced produced{};
     try {
