@@ -178,7 +178,8 @@ void write_then(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
   const auto& state = channel.state();
   T value(std::forward<U>(item));
   auto status = state->write(
-    1, [&](std::deque<T>& queue) { queue.push_back(std::move(value)); }, nullptr, false);
+    1, [&](auto& queue) { queue.push_back(std::move(value)); }, nullptr,
+    false);
   if (status != Status::full) {
     detail::run_in_actor(self, std::make_shared<detail::WriteContinuation>(
                                  status, std::move(callback)));

@@ -86,6 +86,10 @@ TEST_CASE("channel: bounded writes report FULL instead of waiting") {
   channel.read();
   CHECK(channel.try_write(3) == Status::open);
   // A batch larger than the capacity still enters an empty channel.
+  Channel<int> three(3); // capacities need not be powers of two
+  CHECK(three.write(1, 2, 3) == Status::open);
+  CHECK(three.try_write(4) == Status::full);
+  CHECK(three.size() == 3);
   Channel<int> tiny(1);
   CHECK(tiny.write(1, 2, 3) == Status::open);
   CHECK(tiny.try_write(4) == Status::full);

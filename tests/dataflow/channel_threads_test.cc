@@ -204,3 +204,48 @@ TEST_CASE("channel: a bounded channel holds back a fast producer") {
   producer.join();
   CHECK(expected == 100);
 }
+
+TEST_CASE("channel: an unbounded channel grows while readers take items") {
+  Channel<std::vector<int>> channel;
+  constexpr int batches = 20000;
+  std::thread producer([&] {
+    for (int i = 0; i < batches; ++i)
+      channel.write(std::vector<int>{3 * i}, std::vector<int>{3 * i + 1},
+                    std::vector<int>{3 * i + 2});
+    channel.close();
+  });
+  int expected = 0;
+  bool in_order = true;
+  for (auto read = channel.read(); read.item; read = channel.read()) {
+    in_order = in_order && read.item->size() == 1 && read.item->front() == expected;
+    ++expected;
+  }
+  producer.join();
+  CHECK(in_order);
+  CHECK(expected == 3 * batches);
+}
+
+TEST_CASE("channel: timed reads and writes under concurrency lose nothing") {
+  Channel<int> channel(3);
+  constexpr int count = 5000;
+  std::thread producer([&] {
+    for (int i = 0; i < count; ++i)
+      while (channel.write_for(std::chrono::microseconds(50), i) == Status::full) {
+      }
+    channel.close();
+  });
+  int expected = 0;
+  bool in_order = true;
+  for (;;) {
+    auto read = channel.read_for(std::chrono::microseconds(50));
+    if (read.status == Status::drained)
+      break;
+    if (!read.item)
+      continue;
+    in_order = in_order && *read.item == expected;
+    ++expected;
+  }
+  producer.join();
+  CHECK(in_order);
+  CHECK(expected == count);
+}
