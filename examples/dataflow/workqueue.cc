@@ -57,11 +57,15 @@ int main() {
     write_file(dir / (std::to_string(f) + ".bin"), f);
 
   auto queue = WorkQueue<std::string, Tensor>::named("file-loader");
-  // Workers open the queue by name, as separate parts of a program would.
-  auto workers = map(4, [](std::size_t) {
-    auto loader = WorkQueue<std::string, Tensor>::named("file-loader").worker();
-    return loader.serve(load_file);
-  });
+  // Any part of the program can find the queue by name. The workers get it
+  // here, before they start: a thread that looked the name up only after
+  // close() would get a fresh queue that nobody ever closes.
+  auto workers = map(
+    4,
+    [](WorkQueue<std::string, Tensor> shared, std::size_t) {
+      return shared.worker().serve(load_file);
+    },
+    WorkQueue<std::string, Tensor>::named("file-loader"));
 
   for (int f = 0; f < file_count; ++f)
     queue.write((dir / (std::to_string(f) + ".bin")).string());
