@@ -140,3 +140,27 @@ TEST_CASE("dag: tensors flow through stages by reference") {
   CHECK(shared);
   dag.wait();
 }
+
+TEST_CASE("dag: a stage on an already drained input ends at once") {
+  TestSystem system(1);
+  Dag dag(system.get());
+  Channel<int> input;
+  input.close();
+  auto output = dag.stage(input, [](int x) { return x; }, {2, 0});
+  REQUIRE(dag.wait_for(10s));
+  CHECK(output.status() == Status::drained);
+}
+
+TEST_CASE("dag: an unfinished pipeline does not hold up shutdown") {
+  Channel<int> input; // never closed, outlives everything
+  {
+    TestSystem system(2);
+    Dag dag(system.get());
+    auto output = dag.stage(input, [](int x) { return x; });
+    dag.sink(output, [](int) {});
+    input.write(1);
+    std::this_thread::sleep_for(10ms);
+    CHECK(dag.running() == 2);
+  } // the Dag, then the system, go away with both stages parked
+  CHECK(input.status() == Status::open);
+}
