@@ -13,11 +13,13 @@
 //
 // Everything that waits (sleeping threads, parked actor requests, select
 // watchers) goes through the "waiting room": a mutex, two condition
-// variables and the parked lists. Fast paths only look at one atomic,
-// `attention_`, which counts the waiters; the waiting side increments it
-// *before* re-checking the ring, the fast side publishes its change *before*
-// reading it (both sequentially consistent), so one of them always sees the
-// other and no wake-up is lost.
+// variables and the parked lists. Fast paths only look at a counter of
+// waiters, read inside their side lock: a writer reads `waiting_readers_`
+// under the writer lock, and whoever waits for items registers there under
+// that same lock before re-checking the ring (likewise for readers and
+// `waiting_writers_` under the reader lock). The lock orders the two, so
+// either the writer sees the waiter or the waiter sees the item: no wake-up
+// is lost, and the fast path needs no fence beyond the lock itself.
 //
 // Lock order: waiting room, then writer lock, then reader lock.
 
@@ -84,7 +86,7 @@ bool spin_until(Ready&& ready) {
   for (int round = 0; round < 256; ++round) {
     if (ready())
       return true;
-    if (round < 200)
+    if (round < 64)
       cpu_relax();
     else
       std::this_thread::yield();
@@ -140,14 +142,21 @@ public:
         return outcome;
       if (!spun) {
         spun = true;
-        spin_until([&] { return closed_flag_.load() || room_for(count); });
+        // Waiting for a little more room than needed lets the readers get a
+        // few slots ahead, so the two sides stop sharing the same cache
+        // line item after item.
+        auto extra = std::min<std::size_t>(capacity_ / 4, 8);
+        int rounds = 0;
+        spin_until([&] {
+          return closed_flag_.load() || room_for(count + (++rounds > 16 ? 0 : extra));
+        });
         continue;
       }
       std::unique_lock<std::mutex> room(room_);
       ++sleeping_writers_;
       if (count > 1)
         ++sleeping_batch_writers_;
-      attention_.fetch_add(1);
+      register_waiting_writer();
       bool timed_out = false;
       if (!closed_flag_.load() && !room_for(count)) {
         if (deadline)
@@ -155,7 +164,7 @@ public:
         else
           writable_.wait(room);
       }
-      attention_.fetch_sub(1);
+      waiting_writers_.fetch_sub(1);
       --sleeping_writers_;
       if (count > 1)
         --sleeping_batch_writers_;
@@ -175,12 +184,17 @@ public:
         return result;
       if (!spun) {
         spun = true;
-        spin_until([&] { return readable_hint(); });
+        // Likewise, a reader that found the channel empty waits briefly for
+        // a few items rather than chasing the writer one item at a time.
+        int rounds = 0;
+        spin_until([&] {
+          return closed_flag_.load() || size() >= 8 || (++rounds > 16 && !is_empty());
+        });
         continue;
       }
       std::unique_lock<std::mutex> room(room_);
       ++sleeping_readers_;
-      attention_.fetch_add(1);
+      register_waiting_reader();
       bool timed_out = false;
       if (!readable_hint()) {
         if (deadline)
@@ -188,7 +202,7 @@ public:
         else
           readable_.wait(room);
       }
-      attention_.fetch_sub(1);
+      waiting_readers_.fetch_sub(1);
       --sleeping_readers_;
       room.unlock();
       if (timed_out)
@@ -200,17 +214,17 @@ public:
   // waiter, to be resolved by a later write or close.
   std::optional<ReadResult<T>> read_or_park(std::shared_ptr<ReadWaiter<T>> waiter) {
     std::unique_lock<std::mutex> room(room_);
-    attention_.fetch_add(1);
+    register_waiting_reader();
     auto now = try_take_quietly();
     if (now.status != Status::empty) {
-      attention_.fetch_sub(1);
+      waiting_readers_.fetch_sub(1);
       AfterUnlock<T> after;
       after_take_locked(after);
       room.unlock();
       after.run();
       return now;
     }
-    forget_departed(parked_readers_);
+    forget_departed(parked_readers_, waiting_readers_);
     parked_readers_.push_back(std::move(waiter));
     return std::nullopt;
   }
@@ -219,18 +233,18 @@ public:
   // until a read makes room or the channel closes.
   std::optional<Status> write_or_park(std::shared_ptr<WriteWaiter<T>> waiter) {
     std::unique_lock<std::mutex> room(room_);
-    attention_.fetch_add(1);
+    register_waiting_writer();
     auto& pending = waiter->pending_items();
     auto outcome = try_append_quietly(pending.size(), [&](Appender& out) {
       for (auto& item : pending)
         out.emplace_back(std::move(item));
     });
     if (outcome == Status::full) {
-      forget_departed(parked_writers_);
+      forget_departed(parked_writers_, waiting_writers_);
       parked_writers_.push_back(std::move(waiter));
       return std::nullopt;
     }
-    attention_.fetch_sub(1);
+    waiting_writers_.fetch_sub(1);
     pending.clear();
     AfterUnlock<T> after;
     if (outcome == Status::open)
@@ -275,7 +289,7 @@ public:
     auto refused = is_empty() ? Status::drained : Status::closed;
     for (auto& waiter : parked_writers_) {
       after.writes.emplace_back(std::move(waiter), refused);
-      attention_.fetch_sub(1);
+      waiting_writers_.fetch_sub(1);
     }
     parked_writers_.clear();
     readable_.notify_all();
@@ -304,7 +318,7 @@ public:
   bool watch(const std::shared_ptr<Signal>& signal) {
     std::lock_guard<std::mutex> room(room_);
     watchers_.push_back(signal);
-    attention_.fetch_add(1);
+    register_waiting_reader();
     return !is_empty();
   }
 
@@ -313,7 +327,7 @@ public:
     auto it = std::find(watchers_.begin(), watchers_.end(), signal);
     if (it != watchers_.end()) {
       watchers_.erase(it);
-      attention_.fetch_sub(1);
+      waiting_readers_.fetch_sub(1);
     }
   }
 
@@ -340,8 +354,9 @@ private:
 
   template <class Push>
   Status try_append(std::size_t count, Push& push) {
-    auto outcome = try_append_quietly(count, push);
-    if (outcome == Status::open && attention_.load() > 0) {
+    bool readers_waiting = false;
+    auto outcome = try_append_quietly(count, push, &readers_waiting);
+    if (outcome == Status::open && readers_waiting) {
       std::unique_lock<std::mutex> room(room_);
       AfterUnlock<T> after;
       after_append_locked(after);
@@ -353,7 +368,8 @@ private:
 
   // Appends without looking at waiters.
   template <class Push>
-  Status try_append_quietly(std::size_t count, Push&& push) {
+  Status try_append_quietly(std::size_t count, Push&& push,
+                            bool* readers_waiting = nullptr) {
     std::lock_guard<SpinLock> writers(write_lock_);
     auto tail = tail_.load(std::memory_order_relaxed);
     if (closed_) {
@@ -375,8 +391,9 @@ private:
     }
     Appender out(*this, tail);
     push(out);
-    // seq_cst: ordered before the attention_ check of try_append.
-    tail_.store(tail + count);
+    tail_.store(tail + count, std::memory_order_release);
+    if (readers_waiting)
+      *readers_waiting = waiting_readers_.load(std::memory_order_relaxed) > 0;
     return Status::open;
   }
 
@@ -402,8 +419,9 @@ private:
   // -- reader side ------------------------------------------------------------
 
   ReadResult<T> try_take() {
-    auto result = try_take_quietly();
-    if (result.has_item() && attention_.load() > 0) {
+    bool writers_waiting = false;
+    auto result = try_take_quietly(&writers_waiting);
+    if (result.has_item() && writers_waiting) {
       std::unique_lock<std::mutex> room(room_);
       AfterUnlock<T> after;
       after_take_locked(after);
@@ -414,7 +432,7 @@ private:
   }
 
   // Takes without looking at waiters: (OPEN|CLOSED, item), DRAINED or EMPTY.
-  ReadResult<T> try_take_quietly() {
+  ReadResult<T> try_take_quietly(bool* writers_waiting = nullptr) {
     std::lock_guard<SpinLock> readers(read_lock_);
     auto head = head_.load(std::memory_order_relaxed);
     if (head == known_tail_) {
@@ -431,8 +449,9 @@ private:
     auto status = closed_flag_.load(std::memory_order_acquire) ? Status::closed : Status::open;
     ReadResult<T> result(status, std::move(*slot(head)));
     slot(head)->~T();
-    // seq_cst: ordered before the attention_ check of try_take.
-    head_.store(head + 1);
+    head_.store(head + 1, std::memory_order_release);
+    if (writers_waiting)
+      *writers_waiting = waiting_writers_.load(std::memory_order_relaxed) > 0;
     return result;
   }
 
@@ -445,7 +464,7 @@ private:
       auto& waiter = parked_readers_.front();
       if (!waiter->still_waiting()) {
         parked_readers_.pop_front();
-        attention_.fetch_sub(1);
+        waiting_readers_.fetch_sub(1);
         continue;
       }
       auto now = try_take_quietly();
@@ -453,7 +472,7 @@ private:
         return;
       after.reads.emplace_back(std::move(waiter), std::move(now));
       parked_readers_.pop_front();
-      attention_.fetch_sub(1);
+      waiting_readers_.fetch_sub(1);
     }
   }
 
@@ -471,7 +490,7 @@ private:
       auto& waiter = parked_writers_.front();
       if (!waiter->still_waiting()) {
         parked_writers_.pop_front();
-        attention_.fetch_sub(1);
+        waiting_writers_.fetch_sub(1);
         continue;
       }
       auto& pending = waiter->pending_items();
@@ -484,7 +503,7 @@ private:
       pending.clear();
       after.writes.emplace_back(std::move(waiter), outcome);
       parked_writers_.pop_front();
-      attention_.fetch_sub(1);
+      waiting_writers_.fetch_sub(1);
       admitted = admitted || outcome == Status::open;
     }
     if (admitted)
@@ -500,14 +519,26 @@ private:
   }
 
   template <class Waiters>
-  void forget_departed(Waiters& waiters) {
+  static void forget_departed(Waiters& waiters, std::atomic<int>& counter) {
     if (waiters.size() < 16)
       return;
     auto before = waiters.size();
     waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
                                  [](auto& w) { return !w->still_waiting(); }),
                   waiters.end());
-    attention_.fetch_sub(static_cast<int>(before - waiters.size()));
+    counter.fetch_sub(static_cast<int>(before - waiters.size()));
+  }
+
+  // Registration happens under the side lock whose fast path reads the
+  // counter; see the comment at the top of this file.
+  void register_waiting_reader() {
+    std::lock_guard<SpinLock> writers(write_lock_);
+    waiting_readers_.fetch_add(1);
+  }
+
+  void register_waiting_writer() {
+    std::lock_guard<SpinLock> readers(read_lock_);
+    waiting_writers_.fetch_add(1);
   }
 
   // Writer side: its lock and its view of the reader side.
@@ -524,7 +555,11 @@ private:
 
   // Read by both sides on every operation, written rarely.
   alignas(64) std::atomic<bool> closed_flag_{false};
-  std::atomic<int> attention_{0};
+  // Sleeping readers, parked readers and select watchers: a write must
+  // visit the waiting room while there are any.
+  std::atomic<int> waiting_readers_{0};
+  // Sleeping and parked writers: a read must visit the waiting room.
+  std::atomic<int> waiting_writers_{0};
   T* slots_ = nullptr;
   std::size_t mask_ = 0;
   const std::size_t capacity_;
