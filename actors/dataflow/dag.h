@@ -20,6 +20,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/channel.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -156,6 +157,7 @@ public:
   // out = fn(in) for every item of `input`; returns the output channel.
   template <class In, class Fn>
   auto stage(Channel<In> input, Fn fn, StageOptions options = {}) {
+    options.actors = std::max<std::size_t>(1, options.actors);
     using Out = std::invoke_result_t<Fn&, In>;
     static_assert(!std::is_void_v<Out>, "use sink() for a function returning void");
     Channel<Out> output(options.capacity);
@@ -169,6 +171,7 @@ public:
   // fn(in) for every item of `input`; the end of a pipeline.
   template <class In, class Fn>
   void sink(Channel<In> input, Fn fn, StageOptions options = {}) {
+    options.actors = std::max<std::size_t>(1, options.actors);
     launch(std::make_shared<detail::ForwardingStage<In, void, Fn>>(
              std::vector<Channel<In>>{std::move(input)}, Channel<int>(1), std::move(fn),
              options.actors, error_sink()),
@@ -200,6 +203,8 @@ public:
   std::size_t running() const;
 
 private:
+  // `actors` is at least one: a stage without actors would never close its
+  // output.
   void launch(std::shared_ptr<detail::StageBody> body, std::size_t actors);
   detail::ErrorSink error_sink() const;
   bool wait_for_ms(std::chrono::milliseconds timeout);

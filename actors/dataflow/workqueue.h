@@ -141,7 +141,8 @@ template <class Q, class A>
 class WorkQueue;
 
 // A worker's attachment to a queue. Movable, not copyable: it owns the jobs
-// it has read and not yet answered.
+// it has read and not yet answered. Use each Worker from one thread at a
+// time; start one Worker per worker thread.
 template <class Q, class A>
 class Worker {
 public:

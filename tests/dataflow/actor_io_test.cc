@@ -187,3 +187,25 @@ TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
     CHECK(*read.item == static_cast<int>(Status::drained));
   }
 }
+
+TEST_CASE("actors: a parked write is refused when the channel closes") {
+  TestSystem system(1);
+  Channel<int> full(1);
+  full.write(0);
+  Channel<int> outcome;
+  auto writer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    write_then(self, full, 1, [=](Status status) {
+      outcome.write(static_cast<int>(status));
+      self->quit();
+    });
+    return {[](int) {}};
+  });
+  std::this_thread::sleep_for(20ms);
+  CHECK(outcome.try_read().status == Status::empty); // still parked
+  full.close();
+  auto status = outcome.read_for(5s);
+  REQUIRE(status.item);
+  CHECK(*status.item == static_cast<int>(Status::closed));
+  CHECK(*full.read().item == 0);
+  CHECK(full.read().status == Status::drained);
+}
