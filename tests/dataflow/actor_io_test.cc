@@ -117,6 +117,9 @@ TEST_CASE("actors: write_then parks on a full channel instead of blocking") {
     write_from(self, output, 1, 300);
     return {[](int) {}};
   });
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (output.size() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(20ms);
   CHECK(output.size() == 2);
   // The writer is parked, not blocking: the only scheduler thread still works.

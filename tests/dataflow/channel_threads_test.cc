@@ -190,7 +190,10 @@ TEST_CASE("channel: a bounded channel holds back a fast producer") {
     }
     channel.close();
   });
-  std::this_thread::sleep_for(50ms);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (written.load() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(30ms);
   // The producer is stuck on its fifth write: memory stays bounded.
   CHECK(written.load() == 4);
   CHECK(channel.size() == 4);
