@@ -184,7 +184,7 @@ TEST_CASE("workqueue: a crashed worker never leaves the owner waiting") {
     try {
       auto worker = queue.worker();
       auto job = worker.read();
-      REQUIRE(job.item);
+      CHECK(job.item.has_value());
       // Dies holding the job: the Worker is destroyed while unwinding.
       throw std::runtime_error("worker crashed");
     } catch (const std::runtime_error&) {
