@@ -47,7 +47,9 @@ void Dag::launch(std::shared_ptr<detail::StageBody> body, std::size_t actors) {
     }
     auto actor = system_.spawn([body](caf::event_based_actor* self) -> caf::behavior {
       body->start(self);
-      return {[](stage_idle_atom) {}};
+      // The behavior owns the stage: the stage lives exactly as long as one
+      // of its actors does (channel callbacks only hold it weakly).
+      return {[body](stage_idle_atom) {}};
     });
     // Weak: the actor keeps this functor until it ends, and the state keeps
     // the actor handle; a strong pointer would make the pair immortal.

@@ -73,36 +73,46 @@ public:
   }
 
   void start(caf::scheduled_actor* self) override {
-    auto which = next_input_.fetch_add(1) % inputs_.size();
-    pump(self, inputs_[which]);
+    pump(self, next_input_.fetch_add(1) % inputs_.size());
   }
 
 private:
-  void pump(caf::scheduled_actor* self, Channel<In> input) {
-    auto me = this->shared_from_this();
-    read_then(self, input, [me, self, input](ReadResult<In> read) {
+  // The callbacks hold the stage weakly and name their input by index: a
+  // parked callback lives inside the input channel, so owning pointers to
+  // the stage (which owns the channels) would form a cycle and leak an
+  // abandoned pipeline. The stage actor owns the stage, so whenever a
+  // callback runs in that actor the lock succeeds.
+  void pump(caf::scheduled_actor* self, std::size_t which) {
+    std::weak_ptr<ForwardingStage> weak = this->shared_from_this();
+    read_then(self, inputs_[which], [weak, self, which](ReadResult<In> read) {
+      auto me = weak.lock();
+      if (!me)
+        return;
       if (!read.item) {
         me->actor_done(self);
         return;
       }
       if constexpr (is_sink) {
-        if (me->apply(*read.item, input))
-          me->pump(self, input);
+        if (me->apply(*read.item, me->inputs_[which]))
+          me->pump(self, which);
         else
           me->actor_done(self);
       } else {
-        auto produced = me->apply(*read.item, input);
+        auto produced = me->apply(*read.item, me->inputs_[which]);
         if (!produced) {
           me->actor_done(self);
           return;
         }
-        write_then(self, me->output_, std::move(*produced), [me, self, input](Status status) {
+        write_then(self, me->output_, std::move(*produced), [weak, self, which](Status status) {
+          auto me = weak.lock();
+          if (!me)
+            return;
           if (status == Status::open) {
-            me->pump(self, input);
+            me->pump(self, which);
             return;
           }
           // Nobody downstream wants more: tell upstream to stop too.
-          input.close();
+          me->inputs_[which].close();
           me->actor_done(self);
         });
       }
