@@ -1,0 +1,197 @@
+#pragma once
+
+// Channels from inside actors, without blocking a scheduler thread.
+//
+// read_then(self, channel, fn) calls fn(ReadResult) once an item (or
+// DRAINED) is available. If the channel can answer at once, fn runs right
+// away on the actor's own stack (through a small trampoline, so loops that
+// re-arm from inside fn keep a flat stack and yield to the mailbox after a
+// budget). Otherwise the read is parked inside the channel; the writer or
+// closer that satisfies it later posts fn into the actor's mailbox, and it
+// runs in the actor's context like any message handler.
+//
+// A parked request holds only a weak reference to the actor, so parking
+// never keeps an actor alive or delays actor_system shutdown. An item handed
+// to an actor that dies before seeing it goes back to the front of the
+// channel, so it still reaches exactly one reader.
+//
+// Delivery uses the actor's default handler (messages no behavior matched);
+// an actor that installs its own default handler after parking would drop
+// the deliveries, so leave it to this module.
+
+#include <actorpipe/actors/dataflow/channel.h>
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace caf {
+class scheduled_actor;
+} // namespace caf
+
+namespace actorpipe::dataflow {
+
+namespace detail {
+
+// A piece of an actor's work waiting to run in that actor's context.
+class ActorContinuation {
+public:
+  virtual ~ActorContinuation() = default;
+  virtual void run() = 0;
+};
+
+using ContinuationPtr = std::shared_ptr<ActorContinuation>;
+
+// Runs `work` now if `self` is the actor currently running on this thread
+// and it has inline budget left, else posts it to the actor's mailbox.
+void run_in_actor(caf::scheduled_actor* self, ContinuationPtr work);
+
+// A weak handle on an actor that can post work to it from any thread.
+class ActorResumer {
+public:
+  explicit ActorResumer(caf::scheduled_actor* self);
+  bool alive() const;
+  // Drops `work` (running its destructor) if the actor is gone.
+  void post(ContinuationPtr work) const;
+
+private:
+  struct Handle;
+  std::shared_ptr<const Handle> handle_;
+};
+
+template <class T>
+class ReadContinuation final : public ActorContinuation {
+public:
+  ReadContinuation(std::shared_ptr<ChannelState<T>> channel, ReadResult<T> result,
+                   std::function<void(ReadResult<T>)> callback)
+    : channel_(std::move(channel)), result_(std::move(result)),
+      callback_(std::move(callback)) {
+  }
+
+  ~ReadContinuation() override {
+    // Never ran: the actor is gone, so the item goes back for someone else.
+    if (result_.item)
+      channel_->unread(std::move(*result_.item));
+  }
+
+  void run() override {
+    auto delivered = std::move(result_);
+    result_.item.reset();
+    callback_(std::move(delivered));
+  }
+
+private:
+  std::shared_ptr<ChannelState<T>> channel_;
+  ReadResult<T> result_;
+  std::function<void(ReadResult<T>)> callback_;
+};
+
+template <class T>
+class ActorReadWaiter final : public ReadWaiter<T> {
+public:
+  ActorReadWaiter(caf::scheduled_actor* self, std::weak_ptr<ChannelState<T>> channel,
+                  std::function<void(ReadResult<T>)> callback)
+    : actor_(self), channel_(std::move(channel)), callback_(std::move(callback)) {
+  }
+
+  bool still_waiting() const override { return actor_.alive(); }
+
+  void resolve(ReadResult<T> result) override {
+    // The channel resolving us is alive, so the lock succeeds.
+    actor_.post(std::make_shared<ReadContinuation<T>>(
+      channel_.lock(), std::move(result), std::move(callback_)));
+  }
+
+  std::function<void(ReadResult<T>)> take_callback() { return std::move(callback_); }
+
+private:
+  ActorResumer actor_;
+  // Weak: the channel owns this waiter, a strong pointer back would leak both.
+  std::weak_ptr<ChannelState<T>> channel_;
+  std::function<void(ReadResult<T>)> callback_;
+};
+
+class WriteContinuation final : public ActorContinuation {
+public:
+  WriteContinuation(Status status, std::function<void(Status)> callback)
+    : status_(status), callback_(std::move(callback)) {
+  }
+  void run() override { callback_(status_); }
+
+private:
+  Status status_;
+  std::function<void(Status)> callback_;
+};
+
+template <class T>
+class ActorWriteWaiter final : public WriteWaiter<T> {
+public:
+  ActorWriteWaiter(caf::scheduled_actor* self, std::vector<T> items,
+                   std::function<void(Status)> callback)
+    : actor_(self), items_(std::move(items)), callback_(std::move(callback)) {
+  }
+
+  bool still_waiting() const override { return actor_.alive(); }
+  std::vector<T>& pending_items() override { return items_; }
+
+  void resolve(Status status) override {
+    actor_.post(std::make_shared<WriteContinuation>(status, std::move(callback_)));
+  }
+
+  std::function<void(Status)> take_callback() { return std::move(callback_); }
+
+private:
+  ActorResumer actor_;
+  std::vector<T> items_;
+  std::function<void(Status)> callback_;
+};
+
+} // namespace detail
+
+// Reads one item for the actor `self`; `on_read(ReadResult<T>)` runs in the
+// actor's context with (OPEN|CLOSED, item) or (DRAINED, nothing). Call it
+// again from on_read to keep reading.
+template <class T, class F>
+void read_then(caf::scheduled_actor* self, const Channel<T>& channel, F&& on_read) {
+  std::function<void(ReadResult<T>)> callback(std::forward<F>(on_read));
+  const auto& state = channel.state();
+  auto now = state->read(nullptr, false);
+  if (now.status != Status::empty) {
+    detail::run_in_actor(self, std::make_shared<detail::ReadContinuation<T>>(
+                                 state, std::move(now), std::move(callback)));
+    return;
+  }
+  auto waiter = std::make_shared<detail::ActorReadWaiter<T>>(self, state, std::move(callback));
+  if (auto raced = state->read_or_park(waiter))
+    detail::run_in_actor(self, std::make_shared<detail::ReadContinuation<T>>(
+                                 state, std::move(*raced), waiter->take_callback()));
+}
+
+// Writes `item` for the actor `self`, parking while a bounded channel is
+// full; `on_written(Status)` then runs in the actor's context with OPEN, or
+// CLOSED/DRAINED if the channel closed first (the item was not written).
+template <class T, class U, class F>
+void write_then(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
+                F&& on_written) {
+  std::function<void(Status)> callback(std::forward<F>(on_written));
+  const auto& state = channel.state();
+  T value(std::forward<U>(item));
+  auto status = state->write(
+    1, [&](auto& queue) { queue.push_back(std::move(value)); }, nullptr,
+    false);
+  if (status != Status::full) {
+    detail::run_in_actor(self, std::make_shared<detail::WriteContinuation>(
+                                 status, std::move(callback)));
+    return;
+  }
+  std::vector<T> pending;
+  pending.push_back(std::move(value));
+  auto waiter = std::make_shared<detail::ActorWriteWaiter<T>>(self, std::move(pending),
+                                                              std::move(callback));
+  if (auto raced = state->write_or_park(waiter))
+    detail::run_in_actor(self, std::make_shared<detail::WriteContinuation>(
+                                 *raced, waiter->take_callback()));
+}
+
+} // namespace actorpipe::dataflow

@@ -1,0 +1,579 @@
+#pragma once
+
+// Shared state behind a Channel<T>.
+//
+// Items live in a power-of-two ring indexed by two ever-growing counters,
+// head (next to read) and tail (next to write). Writers serialise on one
+// spin lock and readers on another, each on its own cache line, and each
+// side keeps a private, possibly stale copy of the other side's counter. A
+// producer and a consumer therefore only share the cache lines of the
+// items themselves (eight 8-byte items per line) instead of bouncing a lock
+// and a node per item: that is what makes one-producer/one-consumer fast.
+// Multiple writers or readers simply contend for their side's lock.
+//
+// Everything that waits (sleeping threads, parked actor requests, select
+// watchers) goes through the "waiting room": a mutex, two condition
+// variables and the parked lists. Fast paths only look at a counter of
+// waiters, read inside their side lock: a writer reads `waiting_readers_`
+// under the writer lock, and whoever waits for items registers there under
+// that same lock before re-checking the ring (likewise for readers and
+// `waiting_writers_` under the reader lock). The lock orders the two, so
+// either the writer sees the waiter or the waiter sees the item: no wake-up
+// is lost, and the fast path needs no fence beyond the lock itself.
+//
+// Lock order: waiting room, then writer lock, then reader lock.
+
+#include <actorpipe/actors/dataflow/status.h>
+#include <actorpipe/actors/dataflow/sync.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace actorpipe::dataflow::detail {
+
+// A reader that waits without holding a thread (an actor's parked read).
+template <class T>
+class ReadWaiter {
+public:
+  virtual ~ReadWaiter() = default;
+  // False once nobody can take the item any more (its actor is gone).
+  virtual bool still_waiting() const = 0;
+  // Called once, outside every channel lock.
+  virtual void resolve(ReadResult<T> result) = 0;
+};
+
+// A writer that waits for room without holding a thread.
+template <class T>
+class WriteWaiter {
+public:
+  virtual ~WriteWaiter() = default;
+  virtual bool still_waiting() const = 0;
+  virtual std::vector<T>& pending_items() = 0;
+  virtual void resolve(Status status) = 0;
+};
+
+// Callbacks found under the waiting-room lock, run after releasing it.
+template <class T>
+struct AfterUnlock {
+  std::vector<std::pair<std::shared_ptr<ReadWaiter<T>>, ReadResult<T>>> reads;
+  std::vector<std::pair<std::shared_ptr<WriteWaiter<T>>, Status>> writes;
+  std::vector<std::shared_ptr<Signal>> signals;
+
+  void run() {
+    for (auto& [waiter, result] : reads)
+      waiter->resolve(std::move(result));
+    for (auto& [waiter, status] : writes)
+      waiter->resolve(status);
+    for (auto& signal : signals)
+      signal->raise();
+  }
+};
+
+// Spins briefly before a thread goes to sleep: on these machines a sleeping
+// thread costs ~40 us to wake, far more than a busy peer needs to produce or
+// consume the next item.
+template <class Ready>
+bool spin_until(Ready&& ready) {
+  for (int round = 0; round < 256; ++round) {
+    if (ready())
+      return true;
+    if (round < 64)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+  return ready();
+}
+
+template <class T>
+class ChannelState {
+public:
+  explicit ChannelState(std::size_t capacity) : capacity_(capacity) {
+    std::size_t ring = 16;
+    while (ring < capacity)
+      ring *= 2;
+    slots_ = allocate(ring);
+    mask_ = ring - 1;
+  }
+
+  ChannelState(const ChannelState&) = delete;
+  ChannelState& operator=(const ChannelState&) = delete;
+
+  ~ChannelState() {
+    for (auto i = head_.load(); i != tail_.load(); ++i)
+      slot(i)->~T();
+    ::operator delete(slots_);
+  }
+
+  // Appends items in ring slots; handed to the `push` of write().
+  class Appender {
+  public:
+    template <class... Args>
+    void emplace_back(Args&&... args) {
+      new (state_.slot(next_)) T(std::forward<Args>(args)...);
+      ++next_;
+    }
+    void push_back(T item) { emplace_back(std::move(item)); }
+
+  private:
+    friend class ChannelState;
+    Appender(ChannelState& state, std::size_t first) : state_(state), next_(first) {}
+    ChannelState& state_;
+    std::size_t next_;
+  };
+
+  // Writes `count` items through `push(Appender&)` all at once, or nothing.
+  template <class Push>
+  Status write(std::size_t count, Push&& push, const Clock::time_point* deadline,
+               bool blocking) {
+    bool spun = false;
+    for (;;) {
+      auto outcome = try_append(count, push);
+      if (outcome != Status::full || !blocking)
+        return outcome;
+      if (!spun) {
+        spun = true;
+        // Waiting for a little more room than needed lets the readers get a
+        // few slots ahead, so the two sides stop sharing the same cache
+        // line item after item.
+        auto extra = std::min<std::size_t>(capacity_ / 4, 8);
+        int rounds = 0;
+        spin_until([&] {
+          return closed_flag_.load() || room_for(count + (++rounds > 16 ? 0 : extra));
+        });
+        continue;
+      }
+      std::unique_lock<std::mutex> room(room_);
+      ++sleeping_writers_;
+      if (count > 1)
+        ++sleeping_batch_writers_;
+      register_waiting_writer();
+      bool timed_out = false;
+      if (!closed_flag_.load() && !room_for(count)) {
+        if (deadline)
+          timed_out = writable_.wait_until(room, *deadline) == std::cv_status::timeout;
+        else
+          writable_.wait(room);
+      }
+      waiting_writers_.fetch_sub(1);
+      --sleeping_writers_;
+      if (count > 1)
+        --sleeping_batch_writers_;
+      room.unlock();
+      if (timed_out) {
+        auto last_try = try_append(count, push);
+        return last_try;
+      }
+    }
+  }
+
+  ReadResult<T> read(const Clock::time_point* deadline, bool blocking) {
+    bool spun = false;
+    for (;;) {
+      auto result = try_take();
+      if (result.status != Status::empty || !blocking)
+        return result;
+      if (!spun) {
+        spun = true;
+        // Likewise, a reader that found the channel empty waits briefly for
+        // a few items rather than chasing the writer one item at a time.
+        int rounds = 0;
+        spin_until([&] {
+          return closed_flag_.load() || size() >= 8 || (++rounds > 16 && !is_empty());
+        });
+        continue;
+      }
+      std::unique_lock<std::mutex> room(room_);
+      ++sleeping_readers_;
+      register_waiting_reader();
+      bool timed_out = false;
+      if (!readable_hint()) {
+        if (deadline)
+          timed_out = readable_.wait_until(room, *deadline) == std::cv_status::timeout;
+        else
+          readable_.wait(room);
+      }
+      waiting_readers_.fetch_sub(1);
+      --sleeping_readers_;
+      room.unlock();
+      if (timed_out)
+        return try_take();
+    }
+  }
+
+  // Takes an item if there is one (or reports DRAINED); otherwise keeps the
+  // waiter, to be resolved by a later write or close.
+  std::optional<ReadResult<T>> read_or_park(std::shared_ptr<ReadWaiter<T>> waiter) {
+    std::unique_lock<std::mutex> room(room_);
+    register_waiting_reader();
+    auto now = try_take_quietly();
+    if (now.status != Status::empty) {
+      waiting_readers_.fetch_sub(1);
+      AfterUnlock<T> after;
+      after_take_locked(after);
+      room.unlock();
+      after.run();
+      return now;
+    }
+    forget_departed(parked_readers_, waiting_readers_);
+    parked_readers_.push_back(std::move(waiter));
+    return std::nullopt;
+  }
+
+  // Writes the waiter's items if they fit now; otherwise keeps the waiter
+  // until a read makes room or the channel closes.
+  std::optional<Status> write_or_park(std::shared_ptr<WriteWaiter<T>> waiter) {
+    std::unique_lock<std::mutex> room(room_);
+    register_waiting_writer();
+    auto& pending = waiter->pending_items();
+    auto outcome = try_append_quietly(pending.size(), [&](Appender& out) {
+      for (auto& item : pending)
+        out.emplace_back(std::move(item));
+    });
+    if (outcome == Status::full) {
+      forget_departed(parked_writers_, waiting_writers_);
+      parked_writers_.push_back(std::move(waiter));
+      return std::nullopt;
+    }
+    waiting_writers_.fetch_sub(1);
+    pending.clear();
+    AfterUnlock<T> after;
+    if (outcome == Status::open)
+      after_append_locked(after);
+    room.unlock();
+    after.run();
+    return outcome;
+  }
+
+  // Gives back, at the front, an item that was taken for a reader that
+  // vanished before seeing it, so it still reaches exactly one reader.
+  void unread(T item) {
+    std::unique_lock<std::mutex> room(room_);
+    {
+      std::lock_guard<SpinLock> writers(write_lock_);
+      std::lock_guard<SpinLock> readers(read_lock_);
+      auto head = head_.load();
+      auto tail = tail_.load();
+      if (tail - head > mask_)
+        grow_locked(tail - head + 1);
+      new (slot(head - 1)) T(std::move(item));
+      head_.store(head - 1);
+      known_head_ = head - 1;
+    }
+    AfterUnlock<T> after;
+    after_append_locked(after);
+    room.unlock();
+    after.run();
+  }
+
+  void close() {
+    std::unique_lock<std::mutex> room(room_);
+    {
+      std::lock_guard<SpinLock> writers(write_lock_);
+      if (closed_)
+        return;
+      closed_ = true;
+      closed_flag_.store(true);
+    }
+    AfterUnlock<T> after;
+    serve_parked_readers_locked(after);
+    auto refused = is_empty() ? Status::drained : Status::closed;
+    for (auto& waiter : parked_writers_) {
+      after.writes.emplace_back(std::move(waiter), refused);
+      waiting_writers_.fetch_sub(1);
+    }
+    parked_writers_.clear();
+    readable_.notify_all();
+    writable_.notify_all();
+    after.signals = watchers_;
+    room.unlock();
+    after.run();
+  }
+
+  Status status() const {
+    if (!closed_flag_.load())
+      return Status::open;
+    return is_empty() ? Status::drained : Status::closed;
+  }
+
+  std::size_t size() const {
+    // Head first: tail only grows, so the difference never goes negative.
+    auto head = head_.load();
+    return tail_.load() - head;
+  }
+
+  std::size_t capacity() const { return capacity_; }
+
+  // For select: `signal` is raised on every write and on close. Returns true
+  // if an item is already waiting.
+  bool watch(const std::shared_ptr<Signal>& signal) {
+    std::lock_guard<std::mutex> room(room_);
+    watchers_.push_back(signal);
+    register_waiting_reader();
+    return !is_empty();
+  }
+
+  void unwatch(const std::shared_ptr<Signal>& signal) {
+    std::lock_guard<std::mutex> room(room_);
+    auto it = std::find(watchers_.begin(), watchers_.end(), signal);
+    if (it != watchers_.end()) {
+      watchers_.erase(it);
+      waiting_readers_.fetch_sub(1);
+    }
+  }
+
+private:
+  static T* allocate(std::size_t slots) {
+    return static_cast<T*>(::operator new(slots * sizeof(T)));
+  }
+
+  T* slot(std::size_t index) const { return slots_ + (index & mask_); }
+
+  bool is_empty() const { return head_.load() == tail_.load(); }
+
+  bool readable_hint() const { return !is_empty() || closed_flag_.load(); }
+
+  bool fits(std::size_t size, std::size_t count) const {
+    // A batch larger than the capacity may enter an empty channel; otherwise
+    // it could never be written at all.
+    return capacity_ == 0 || size == 0 || size + count <= capacity_;
+  }
+
+  bool room_for(std::size_t count) const { return fits(size(), count); }
+
+  // -- writer side ------------------------------------------------------------
+
+  template <class Push>
+  Status try_append(std::size_t count, Push& push) {
+    bool readers_waiting = false;
+    auto outcome = try_append_quietly(count, push, &readers_waiting);
+    if (outcome == Status::open && readers_waiting) {
+      std::unique_lock<std::mutex> room(room_);
+      AfterUnlock<T> after;
+      after_append_locked(after);
+      room.unlock();
+      after.run();
+    }
+    return outcome;
+  }
+
+  // Appends without looking at waiters.
+  template <class Push>
+  Status try_append_quietly(std::size_t count, Push&& push,
+                            bool* readers_waiting = nullptr) {
+    std::lock_guard<SpinLock> writers(write_lock_);
+    auto tail = tail_.load(std::memory_order_relaxed);
+    if (closed_) {
+      known_head_ = head_.load(std::memory_order_acquire);
+      return tail == known_head_ ? Status::drained : Status::closed;
+    }
+    if (!fits(tail - known_head_, count)) {
+      known_head_ = head_.load();
+      if (!fits(tail - known_head_, count))
+        return Status::full;
+    }
+    if (tail + count - known_head_ > mask_ + 1) {
+      known_head_ = head_.load(std::memory_order_acquire);
+      if (tail + count - known_head_ > mask_ + 1) {
+        std::lock_guard<SpinLock> readers(read_lock_);
+        known_head_ = head_.load(std::memory_order_acquire);
+        grow_locked(tail + count - known_head_);
+      }
+    }
+    Appender out(*this, tail);
+    push(out);
+    tail_.store(tail + count, std::memory_order_release);
+    if (readers_waiting)
+      *readers_waiting = waiting_readers_.load(std::memory_order_relaxed) > 0;
+    return Status::open;
+  }
+
+  // Needs both side locks. Keeps absolute indices, re-homing each item.
+  void grow_locked(std::size_t needed) {
+    auto ring = mask_ + 1;
+    while (ring < needed)
+      ring *= 2;
+    if (ring == mask_ + 1)
+      return;
+    auto* fresh = allocate(ring);
+    auto new_mask = ring - 1;
+    for (auto i = head_.load(std::memory_order_relaxed), end = tail_.load(std::memory_order_relaxed);
+         i != end; ++i) {
+      new (fresh + (i & new_mask)) T(std::move(*slot(i)));
+      slot(i)->~T();
+    }
+    ::operator delete(slots_);
+    slots_ = fresh;
+    mask_ = new_mask;
+  }
+
+  // -- reader side ------------------------------------------------------------
+
+  ReadResult<T> try_take() {
+    bool writers_waiting = false;
+    auto result = try_take_quietly(&writers_waiting);
+    if (result.has_item() && writers_waiting) {
+      std::unique_lock<std::mutex> room(room_);
+      AfterUnlock<T> after;
+      after_take_locked(after);
+      room.unlock();
+      after.run();
+    }
+    return result;
+  }
+
+  // Takes without looking at waiters: (OPEN|CLOSED, item), DRAINED or EMPTY.
+  ReadResult<T> try_take_quietly(bool* writers_waiting = nullptr) {
+    std::lock_guard<SpinLock> readers(read_lock_);
+    auto head = head_.load(std::memory_order_relaxed);
+    if (head == known_tail_) {
+      known_tail_ = tail_.load();
+      if (head == known_tail_) {
+        if (!closed_flag_.load())
+          return ReadResult<T>(Status::empty);
+        // Close happens after the last write, so this tail is final.
+        known_tail_ = tail_.load(std::memory_order_acquire);
+        if (head == known_tail_)
+          return ReadResult<T>(Status::drained);
+      }
+    }
+    auto status = closed_flag_.load(std::memory_order_acquire) ? Status::closed : Status::open;
+    ReadResult<T> result(status, std::move(*slot(head)));
+    slot(head)->~T();
+    head_.store(head + 1, std::memory_order_release);
+    if (writers_waiting)
+      *writers_waiting = waiting_writers_.load(std::memory_order_relaxed) > 0;
+    return result;
+  }
+
+  // -- waiting room (callers hold room_) --------------------------------------
+
+  // Hands available items to parked readers; once the channel is drained,
+  // tells the remaining ones.
+  void serve_parked_readers_locked(AfterUnlock<T>& after) {
+    while (!parked_readers_.empty()) {
+      auto& waiter = parked_readers_.front();
+      if (!waiter->still_waiting()) {
+        parked_readers_.pop_front();
+        waiting_readers_.fetch_sub(1);
+        continue;
+      }
+      auto now = try_take_quietly();
+      if (now.status == Status::empty)
+        return;
+      after.reads.emplace_back(std::move(waiter), std::move(now));
+      parked_readers_.pop_front();
+      waiting_readers_.fetch_sub(1);
+    }
+  }
+
+  void after_append_locked(AfterUnlock<T>& after) {
+    serve_parked_readers_locked(after);
+    if (sleeping_readers_ > 0 && !is_empty())
+      readable_.notify_all();
+    if (!watchers_.empty())
+      after.signals = watchers_;
+  }
+
+  void after_take_locked(AfterUnlock<T>& after) {
+    bool admitted = false;
+    while (!parked_writers_.empty()) {
+      auto& waiter = parked_writers_.front();
+      if (!waiter->still_waiting()) {
+        parked_writers_.pop_front();
+        waiting_writers_.fetch_sub(1);
+        continue;
+      }
+      auto& pending = waiter->pending_items();
+      auto outcome = try_append_quietly(pending.size(), [&](Appender& out) {
+        for (auto& item : pending)
+          out.emplace_back(std::move(item));
+      });
+      if (outcome == Status::full)
+        break;
+      pending.clear();
+      after.writes.emplace_back(std::move(waiter), outcome);
+      parked_writers_.pop_front();
+      waiting_writers_.fetch_sub(1);
+      admitted = admitted || outcome == Status::open;
+    }
+    if (admitted)
+      after_append_locked(after);
+    if (sleeping_writers_ > 0) {
+      // A batch writer may need more than one free slot; waking only one
+      // writer could pick it and leave a single-item writer asleep.
+      if (sleeping_batch_writers_ > 0)
+        writable_.notify_all();
+      else
+        writable_.notify_one();
+    }
+  }
+
+  template <class Waiters>
+  static void forget_departed(Waiters& waiters, std::atomic<int>& counter) {
+    if (waiters.size() < 16)
+      return;
+    auto before = waiters.size();
+    waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
+                                 [](auto& w) { return !w->still_waiting(); }),
+                  waiters.end());
+    counter.fetch_sub(static_cast<int>(before - waiters.size()));
+  }
+
+  // Registration happens under the side lock whose fast path reads the
+  // counter; see the comment at the top of this file.
+  void register_waiting_reader() {
+    std::lock_guard<SpinLock> writers(write_lock_);
+    waiting_readers_.fetch_add(1);
+  }
+
+  void register_waiting_writer() {
+    std::lock_guard<SpinLock> readers(read_lock_);
+    waiting_writers_.fetch_add(1);
+  }
+
+  // Writer side: its lock and its view of the reader side.
+  alignas(64) SpinLock write_lock_;
+  std::size_t known_head_ = 0;
+  bool closed_ = false;
+
+  // Reader side: its lock and its view of the writer side.
+  alignas(64) SpinLock read_lock_;
+  std::size_t known_tail_ = 0;
+
+  alignas(64) std::atomic<std::size_t> tail_{0};
+  alignas(64) std::atomic<std::size_t> head_{0};
+
+  // Read by both sides on every operation, written rarely.
+  alignas(64) std::atomic<bool> closed_flag_{false};
+  // Sleeping readers, parked readers and select watchers: a write must
+  // visit the waiting room while there are any.
+  std::atomic<int> waiting_readers_{0};
+  // Sleeping and parked writers: a read must visit the waiting room.
+  std::atomic<int> waiting_writers_{0};
+  T* slots_ = nullptr;
+  std::size_t mask_ = 0;
+  const std::size_t capacity_;
+
+  // The waiting room.
+  alignas(64) std::mutex room_;
+  std::condition_variable readable_;
+  std::condition_variable writable_;
+  std::size_t sleeping_readers_ = 0;
+  std::size_t sleeping_writers_ = 0;
+  std::size_t sleeping_batch_writers_ = 0;
+  std::deque<std::shared_ptr<ReadWaiter<T>>> parked_readers_;
+  std::deque<std::shared_ptr<WriteWaiter<T>>> parked_writers_;
+  std::vector<std::shared_ptr<Signal>> watchers_;
+};
+
+} // namespace actorpipe::dataflow::detail

@@ -1,0 +1,155 @@
+#pragma once
+
+// A tensor value for the actor layer.
+//
+// A Tensor is a *handle*: dtype, shape, device and a shared reference to its
+// storage. Copying or moving a Tensor (into a CAF message, a channel, a
+// workqueue, a lambda capture) never touches the data; it bumps a reference
+// count. The only way to duplicate the bytes is the explicit `clone()`. That
+// makes the zero-copy path the default and an accidental deep copy something
+// one has to spell out, which matters because CAF messages are copy-on-write:
+// a message that gets copied only copies handles.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace actorpipe {
+
+enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
+
+std::size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::float32; }
+template <> constexpr DType dtype_of<double>() { return DType::float64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::int32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::int64; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::uint8; }
+
+enum class DeviceType : std::uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::cpu, 0}; }
+  static Device cuda(int index) { return {DeviceType::cuda, index}; }
+  bool is_cpu() const { return type == DeviceType::cpu; }
+  std::string to_string() const;
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.type == b.type && a.index == b.index;
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+// A block of device memory, shared by every tensor that views it. Not
+// copyable: storage is only ever shared through std::shared_ptr.
+class Storage {
+public:
+  using Deleter = std::function<void(void*)>;
+
+  // Host memory, 64-byte aligned, uninitialised.
+  static std::shared_ptr<Storage> allocate_cpu(std::size_t nbytes);
+
+  // Takes ownership of memory allocated elsewhere, e.g. by cudaMalloc; the
+  // deleter runs when the last tensor lets go. This is how CUDA storage
+  // enters without this library depending on CUDA.
+  static std::shared_ptr<Storage> adopt(void* data, std::size_t nbytes,
+                                        Device device, Deleter deleter);
+
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+
+  void* data() const { return data_; }
+  std::size_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+
+private:
+  Storage(void* data, std::size_t nbytes, Device device, Deleter deleter);
+
+  void* data_;
+  std::size_t nbytes_;
+  Device device_;
+  Deleter deleter_;
+};
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t element_count(const Shape& shape);
+std::string shape_to_string(const Shape& shape);
+
+class Tensor {
+public:
+  // An undefined tensor (no storage), useful as a placeholder.
+  Tensor() = default;
+
+  // Host tensors; other devices need `from_storage` with adopted memory.
+  static Tensor empty(Shape shape, DType dtype);
+  static Tensor zeros(Shape shape, DType dtype);
+  template <class T>
+  static Tensor full(Shape shape, T value);
+
+  // A view on existing storage; throws if it does not fit.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape,
+                             DType dtype, std::size_t byte_offset = 0);
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  std::size_t dim() const { return shape_.size(); }
+  std::int64_t numel() const { return element_count(shape_); }
+  std::size_t nbytes() const;
+  Device device() const;
+
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  std::size_t byte_offset() const { return byte_offset_; }
+  // Address of the first element, whatever the device.
+  void* raw_data() const;
+  bool shares_storage_with(const Tensor& other) const {
+    return storage_ && storage_ == other.storage_;
+  }
+
+  // Typed host access; throws on a dtype or device mismatch.
+  template <class T>
+  T* data() const {
+    check_host_access(dtype_of<T>());
+    return static_cast<T*>(raw_data());
+  }
+
+  // Same storage, new shape with the same element count.
+  Tensor reshape(Shape shape) const;
+
+  // The one deliberate deep copy (host tensors).
+  Tensor clone() const;
+
+  std::string to_string() const;
+
+private:
+  Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
+         std::size_t byte_offset);
+  void check_host_access(DType requested) const;
+
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::float32;
+  std::size_t byte_offset_ = 0;
+};
+
+template <class T>
+Tensor Tensor::full(Shape shape, T value) {
+  Tensor result = empty(std::move(shape), dtype_of<T>());
+  auto* first = result.data<T>();
+  for (std::int64_t i = 0, n = result.numel(); i < n; ++i)
+    first[i] = value;
+  return result;
+}
+
+} // namespace actorpipe

@@ -1,0 +1,214 @@
+// Actors reading and writing channels without blocking scheduler threads.
+
+#include "test_system.h"
+
+#include <actorpipe/actors/dataflow/actor_io.h>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+using namespace actorpipe::dataflow;
+using namespace std::chrono_literals;
+
+namespace {
+
+bool answers(caf::scoped_actor& self, const caf::actor& who, int question, int expected) {
+  bool ok = false;
+  self->request(who, std::chrono::seconds(5), question)
+    .receive([&](int reply) { ok = reply == expected; }, [&](caf::error&) { ok = false; });
+  return ok;
+}
+
+void sum_until_drained(caf::event_based_actor* self, Channel<int> input,
+                       Channel<long> result, long sum) {
+  read_then(self, input, [=](ReadResult<int> read) {
+    if (!read.item) {
+      result.write(sum);
+      self->quit();
+      return;
+    }
+    sum_until_drained(self, input, result, sum + *read.item);
+  });
+}
+
+void write_from(caf::event_based_actor* self, Channel<int> output, int next, int last) {
+  if (next > last) {
+    output.close();
+    self->quit();
+    return;
+  }
+  write_then(self, output, next, [=](Status status) {
+    if (status == Status::open)
+      write_from(self, output, next + 1, last);
+    else
+      self->quit();
+  });
+}
+
+} // namespace
+
+TEST_CASE("actors: parked reads leave the only scheduler thread free") {
+  TestSystem system(1);
+  Channel<int> input;
+  Channel<int> results;
+  std::vector<caf::actor> readers;
+  for (int i = 0; i < 8; ++i)
+    readers.push_back(system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      read_then(self, input, [=](ReadResult<int> read) {
+        results.write(read.item ? *read.item : -1);
+        self->quit();
+      });
+      return {[](int x) { return x + 1; }};
+    }));
+  auto echo = system.get().spawn([]() -> caf::behavior { return {[](int x) { return x * 2; }}; });
+  caf::scoped_actor self{system.get()};
+  // Eight actors wait on an empty channel, yet with a single scheduler
+  // thread other actors, and the waiting ones themselves, still answer.
+  CHECK(answers(self, echo, 21, 42));
+  CHECK(answers(self, readers[3], 1, 2));
+  for (int i = 0; i < 8; ++i)
+    input.write(i);
+  std::vector<int> received;
+  for (int i = 0; i < 8; ++i) {
+    auto read = results.read_for(5s);
+    REQUIRE(read.item);
+    received.push_back(*read.item);
+  }
+  std::sort(received.begin(), received.end());
+  CHECK(received == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(input.size() == 0);
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("actors: one actor consumes a bounded channel until drained") {
+  TestSystem system(2);
+  Channel<int> input(16);
+  Channel<long> result;
+  // Parked reads hold actors weakly: like any CAF actor, one nobody
+  // references is unreachable and ends, so the test keeps the handle.
+  auto consumer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    sum_until_drained(self, input, result, 0);
+    return {[](int) {}};
+  });
+  std::thread producer([&] {
+    for (int i = 1; i <= 20000; ++i)
+      input.write(i);
+    input.close();
+  });
+  auto sum = result.read_for(30s);
+  producer.join();
+  REQUIRE(sum.item);
+  CHECK(*sum.item == 20000L * 20001L / 2);
+}
+
+TEST_CASE("actors: write_then parks on a full channel instead of blocking") {
+  TestSystem system(1);
+  Channel<int> output(2);
+  auto producer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    write_from(self, output, 1, 300);
+    return {[](int) {}};
+  });
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (output.size() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(20ms);
+  CHECK(output.size() == 2);
+  // The writer is parked, not blocking: the only scheduler thread still works.
+  auto echo = system.get().spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  caf::scoped_actor self{system.get()};
+  CHECK(answers(self, echo, 5, 5));
+  int expected = 1;
+  for (auto read = output.read(); read.item; read = output.read()) {
+    if (*read.item != expected)
+      break;
+    ++expected;
+  }
+  CHECK(expected == 301);
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("actors: an item for a reader that vanished goes back to the channel") {
+  Channel<int> channel;
+  {
+    TestSystem system(1);
+    auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      read_then(self, channel, [](ReadResult<int>) {});
+      return {[](int) {}};
+    });
+    std::this_thread::sleep_for(10ms);
+    caf::anon_send_exit(reader, caf::exit_reason::kill);
+    reader = nullptr;
+    std::this_thread::sleep_for(10ms);
+    channel.write(7);
+    auto read = channel.read_for(5s);
+    REQUIRE(read.item);
+    CHECK(*read.item == 7);
+  }
+  CHECK(channel.size() == 0);
+}
+
+TEST_CASE("actors: a parked read never holds up actor system shutdown") {
+  Channel<int> never_written; // outlives the system, reader still parked
+  {
+    TestSystem system(1);
+    auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      read_then(self, never_written, [](ReadResult<int>) {});
+      return {[](int) {}};
+    });
+    std::this_thread::sleep_for(10ms);
+  } // would hang here if the channel kept the actor alive
+  CHECK(never_written.status() == Status::open);
+}
+
+TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
+  TestSystem system(1);
+  Channel<int> channel;
+  Channel<int> statuses;
+  std::vector<caf::actor> readers;
+  for (int i = 0; i < 5; ++i)
+    readers.push_back(system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      read_then(self, channel, [=](ReadResult<int> read) {
+        statuses.write(static_cast<int>(read.status));
+        self->quit();
+      });
+      return {[](int) {}};
+    }));
+  std::this_thread::sleep_for(20ms);
+  channel.close();
+  for (int i = 0; i < 5; ++i) {
+    auto read = statuses.read_for(5s);
+    REQUIRE(read.item);
+    CHECK(*read.item == static_cast<int>(Status::drained));
+  }
+}
+
+TEST_CASE("actors: a parked write is refused when the channel closes") {
+  TestSystem system(1);
+  Channel<int> full(1);
+  full.write(0);
+  Channel<int> outcome;
+  auto writer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    write_then(self, full, 1, [=](Status status) {
+      outcome.write(static_cast<int>(status));
+      self->quit();
+    });
+    return {[](int) {}};
+  });
+  std::this_thread::sleep_for(20ms);
+  CHECK(outcome.try_read().status == Status::empty); // still parked
+  full.close();
+  auto status = outcome.read_for(5s);
+  REQUIRE(status.item);
+  CHECK(*status.item == static_cast<int>(Status::closed));
+  CHECK(*full.read().item == 0);
+  CHECK(full.read().status == Status::drained);
+}

@@ -1,0 +1,73 @@
+#include <actorpipe/actors/dataflow/channel.h>
+#include <actorpipe/actors/tensor.h>
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+
+using actorpipe::Device;
+using actorpipe::DType;
+using actorpipe::Storage;
+using actorpipe::Tensor;
+
+TEST_CASE("tensor: dtype, shape, element access") {
+  auto t = Tensor::zeros({2, 3}, DType::float32);
+  CHECK(t.defined());
+  CHECK(t.dim() == 2);
+  CHECK(t.numel() == 6);
+  CHECK(t.nbytes() == 24);
+  CHECK(t.device() == Device::cpu());
+  t.data<float>()[4] = 2.5f;
+  CHECK(t.data<float>()[4] == 2.5f);
+  CHECK_THROWS_AS(t.data<double>(), std::invalid_argument);
+  CHECK(!Tensor().defined());
+}
+
+TEST_CASE("tensor: copies share storage, clone is the only deep copy") {
+  auto original = Tensor::full<std::int64_t>({1000}, 7);
+  Tensor copy = original;
+  CHECK(copy.shares_storage_with(original));
+  CHECK(copy.raw_data() == original.raw_data());
+  auto reshaped = original.reshape({10, 100});
+  CHECK(reshaped.shares_storage_with(original));
+  CHECK_THROWS(original.reshape({3, 3}));
+  auto deep = original.clone();
+  CHECK(!deep.shares_storage_with(original));
+  CHECK(deep.data<std::int64_t>()[999] == 7);
+  original.data<std::int64_t>()[0] = 1;
+  CHECK(copy.data<std::int64_t>()[0] == 1);
+  CHECK(deep.data<std::int64_t>()[0] == 7);
+}
+
+TEST_CASE("tensor: adopted device storage is released by its own deleter") {
+  // Stands in for cudaMalloc'ed memory: the library never touches the bytes.
+  static char fake_device_memory[256];
+  int releases = 0;
+  {
+    auto storage = Storage::adopt(fake_device_memory, sizeof fake_device_memory,
+                                  Device::cuda(1), [&](void*) { ++releases; });
+    auto t = Tensor::from_storage(storage, {16, 4}, DType::float32);
+    CHECK(t.device() == Device::cuda(1));
+    CHECK(t.raw_data() == fake_device_memory);
+    CHECK_THROWS_AS(t.data<float>(), std::logic_error);
+    CHECK_THROWS_AS(t.clone(), std::logic_error);
+    auto view = Tensor::from_storage(storage, {8}, DType::float32, 128);
+    CHECK(view.raw_data() == fake_device_memory + 128);
+    CHECK_THROWS_AS(Tensor::from_storage(storage, {100}, DType::float32),
+                    std::out_of_range);
+    CHECK(releases == 0);
+  }
+  CHECK(releases == 1);
+}
+
+TEST_CASE("tensor: moves through a channel without copying its data") {
+  actorpipe::dataflow::Channel<Tensor> channel;
+  auto t = Tensor::empty({1 << 20}, DType::uint8);
+  auto* bytes = t.raw_data();
+  auto storage = t.storage().get();
+  CHECK(channel.write(std::move(t)) == actorpipe::dataflow::Status::open);
+  auto received = channel.read();
+  REQUIRE(received.item);
+  CHECK(received.item->raw_data() == bytes);
+  CHECK(received.item->storage().get() == storage);
+}
