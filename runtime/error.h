@@ -156,6 +156,15 @@ class TimeoutError final : public BaseError {
   long long ms_;
 };
 
+// The peers do not share the Context's secret (or one side has none).
+class AuthenticationError final : public BaseError {
+ public:
+  explicit AuthenticationError(std::string reason) : reason_(std::move(reason)) {}
+  std::string what() const override { return "authentication failed: " + reason_; }
+ private:
+  std::string reason_;
+};
+
 // A supervised transport or channel actor went down; its pipes fail with this.
 class BackendDownError final : public BaseError {
  public:

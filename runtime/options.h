@@ -49,6 +49,13 @@ class ContextOptions {
     pollWindow_ = window;
     return *this;
   }
+  // A shared secret: peers prove they know it (HMAC-SHA256 challenge and
+  // response) before anything else is processed; a peer without it is
+  // refused. Both ends of a pipe need the same secret. Nothing is encrypted.
+  ContextOptions& secret(std::string secret) {
+    secret_ = std::move(secret);
+    return *this;
+  }
   // A pipe whose handshake (and a connection's first frame) takes longer
   // fails with a TimeoutError. TensorPipe waits forever.
   ContextOptions& handshakeTimeout(std::chrono::milliseconds timeout) {
@@ -67,6 +74,7 @@ class ContextOptions {
   const Limits& limits() const { return limits_; }
   std::chrono::microseconds pollWindow() const { return pollWindow_; }
   std::chrono::milliseconds handshakeTimeout() const { return handshakeTimeout_; }
+  const std::string& secret() const { return secret_; }
   std::chrono::milliseconds operationTimeout() const { return operationTimeout_; }
 
  private:
@@ -75,6 +83,7 @@ class ContextOptions {
   Limits limits_;
   std::chrono::microseconds pollWindow_{200};
   std::chrono::milliseconds handshakeTimeout_{30000};
+  std::string secret_;
   std::chrono::milliseconds operationTimeout_{0};
 };
 

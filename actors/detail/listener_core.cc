@@ -8,10 +8,12 @@
 #include <caf/send.hpp>
 
 #include <actorpipe/actors/atoms.h>
+#include <actorpipe/actors/detail/auth.h>
 #include <actorpipe/actors/detail/context_core.h>
 #include <actorpipe/actors/detail/frames.h>
 #include <actorpipe/actors/detail/join_registry.h>
 #include <actorpipe/actors/detail/pipe_core.h>
+#include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/pipe.h>
 
 namespace actorpipe::detail {
@@ -141,11 +143,17 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
       connection->close(ACTORPIPE_ERROR(ListenerClosedError));
       return;
     }
-    readFrame(connection, handshakeLimits(context->limits()),
-              [context, transport, connection, registry, actor](
-                  const Error& e, wire::FrameType type, std::vector<uint8_t>& body) {
-      // A connection that cannot greet properly concerns itself only.
-      if (e) return connection->close(e);
+    // A connection that never greets must not hold a descriptor for ever.
+    auto greeted = std::make_shared<bool>(false);
+    auto timeout = context->options().handshakeTimeout();
+    if (timeout.count() > 0) {
+      transport->context->loop().after(timeout, [greeted, connection] {
+        if (!*greeted) connection->close(ACTORPIPE_ERROR(TimeoutError, "a new connection's greeting", 0));
+      });
+    }
+    auto dispatch = [context, transport, connection, registry, actor, greeted](wire::FrameType type,
+                                                                               std::vector<uint8_t>& body) {
+      *greeted = true;
       if (type == wire::FrameType::kJoin) {
         wire::Join join;
         auto pipe = wire::decode(body.data(), body.size(), context->limits(), join) ? nullptr
@@ -166,6 +174,27 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
         caf::anon_send(actor, ready_atom::value, std::move(handle));
       });
       context->track(pipe);
+    };
+    readFrame(connection, handshakeLimits(context->limits()),
+              [context, connection, dispatch, greeted](const Error& e, wire::FrameType type,
+                                                       std::vector<uint8_t>& body) {
+      // A connection that cannot greet properly concerns itself only.
+      if (e) return connection->close(e);
+      const std::string& secret = context->options().secret();
+      auto first = std::make_shared<std::vector<uint8_t>>(std::move(body));
+      authenticateAsAcceptor(connection, secret, context->limits(), uint8_t(type), *first,
+                             [context, connection, dispatch, secret, type, first, greeted](const Error& e) {
+        if (e) {
+          *greeted = true;  // refused: the connection is closing
+          return;
+        }
+        if (secret.empty()) return dispatch(type, *first);
+        readFrame(connection, handshakeLimits(context->limits()),
+                  [connection, dispatch](const Error& e, wire::FrameType type, std::vector<uint8_t>& body) {
+          if (e) return connection->close(e);
+          dispatch(type, body);
+        });
+      });
     });
     self->armAccept(listener, transport);
   });

@@ -130,6 +130,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
 
   void spawnActor();
   void startConnector();
+  void sayHello();
   void armHandshakeTimer();
   void onHello(const uint8_t* body, size_t length);
   void onWelcome(const uint8_t* body, size_t length);

@@ -24,6 +24,7 @@
 #include <caf/send.hpp>
 
 #include <actorpipe/actors/atoms.h>
+#include <actorpipe/actors/detail/auth.h>
 #include <actorpipe/actors/detail/context_core.h>
 #include <actorpipe/actors/detail/frames.h>
 #include <actorpipe/actors/detail/join_registry.h>
@@ -117,6 +118,18 @@ void PipeCore::startConnector() {
     return;
   }
   armHandshakeTimer();
+  auto self = shared_from_this();
+  // With a secret, both sides prove themselves first (auth.h); without one
+  // the hello goes out at once, before TCP has even connected.
+  authenticateAsConnector(connection_, context_->options().secret(), context_->limits(),
+                          [self](const Error& e) {
+    if (e) return self->fail(e);
+    if (self->error_) return;
+    self->sayHello();
+  });
+}
+
+void PipeCore::sayHello() {
   auto hello = std::make_shared<std::string>(frameOf(wire::FrameType::kHello, context_->hello()));
   auto self = shared_from_this();
   connection_->write(hello->data(), hello->size(), [self, hello](const Error& e) {
@@ -129,8 +142,11 @@ void PipeCore::startConnector() {
     if (type == wire::FrameType::kReject) {
       wire::Reject reject;
       auto error = wire::decode(body.data(), body.size(), self->context_->limits(), reject);
-      return self->fail(error ? error
-                              : ACTORPIPE_ERROR(NegotiationError, "the peer refused the pipe: " + reject.reason));
+      if (error) return self->fail(error);
+      if (reject.kind == wire::Reject::kAuthentication) {
+        return self->fail(ACTORPIPE_ERROR(AuthenticationError, "the peer refused us: " + reject.reason));
+      }
+      return self->fail(ACTORPIPE_ERROR(NegotiationError, "the peer refused the pipe: " + reject.reason));
     }
     if (type != wire::FrameType::kWelcome) {
       return self->fail(ACTORPIPE_ERROR(ProtocolError, "expected a welcome, got frame type " +
@@ -145,23 +161,6 @@ void PipeCore::onWelcome(const uint8_t* body, size_t length) {
   if (auto error = wire::decode(body, length, context_->limits(), welcome)) return fail(error);
   remoteName_ = welcome.contextName;
   notes_ = welcome.notes;
-  if (welcome.transport != transport_->name) {
-    // The acceptor found a better transport we share: move there.
-    auto entry = context_->transport(welcome.transport);
-    if (!entry || entry->down || &entry->context->loop() != loop_) {
-      return fail(ACTORPIPE_ERROR(NegotiationError, "the peer moved the pipe to transport '" +
-                                                        welcome.transport + "', which we cannot use"));
-    }
-    auto joined = entry->context->connect(welcome.address);
-    auto join = std::make_shared<std::string>(frameOf(wire::FrameType::kJoin, wire::Join{welcome.joinToken}));
-    auto self = shared_from_this();
-    joined->write(join->data(), join->size(), [self, join](const Error& e) {
-      if (e) self->fail(e);
-    });
-    connection_->close(ACTORPIPE_ERROR(PipeClosedError));
-    connection_ = std::move(joined);
-    transport_ = std::move(entry);
-  }
   for (const auto& choice : welcome.channels) {
     auto entry = context_->channel(choice.second);
     if (!entry || entry->down) {
@@ -183,7 +182,32 @@ void PipeCore::onWelcome(const uint8_t* body, size_t length) {
       endpoints_[choice.second] = std::move(endpoint);
     }
   }
-  establish();
+  if (welcome.transport == transport_->name) {
+    return establish();
+  }
+  // The acceptor found a better transport we share: move there. Nothing may
+  // go out on the new connection before its authentication and the JOIN.
+  auto entry = context_->transport(welcome.transport);
+  if (!entry || entry->down || &entry->context->loop() != loop_) {
+    return fail(ACTORPIPE_ERROR(NegotiationError, "the peer moved the pipe to transport '" +
+                                                      welcome.transport + "', which we cannot use"));
+  }
+  auto joined = entry->context->connect(welcome.address);
+  auto self = shared_from_this();
+  uint64_t token = welcome.joinToken;
+  authenticateAsConnector(joined, context_->options().secret(), context_->limits(),
+                          [self, joined, entry, token](const Error& e) {
+    if (e) return self->fail(e);
+    if (self->error_) return joined->close(self->error_);
+    auto join = std::make_shared<std::string>(frameOf(wire::FrameType::kJoin, wire::Join{token}));
+    joined->write(join->data(), join->size(), [self, join](const Error& e) {
+      if (e) self->fail(e);
+    });
+    self->connection_->close(ACTORPIPE_ERROR(PipeClosedError));
+    self->connection_ = joined;
+    self->transport_ = entry;
+    self->establish();
+  });
 }
 
 // --- accepting side -----------------------------------------------------------
@@ -346,7 +370,7 @@ void PipeCore::adoptJoin(std::shared_ptr<const TransportEntry> transport,
 // once the reject is on the wire (closing first would cancel it).
 void PipeCore::reject(const std::string& reason) {
   state_ = State::kClosed;
-  auto frame = std::make_shared<std::string>(frameOf(wire::FrameType::kReject, wire::Reject{reason}));
+  auto frame = std::make_shared<std::string>(frameOf(wire::FrameType::kReject, wire::Reject{reason, wire::Reject::kNegotiation}));
   auto self = shared_from_this();
   connection_->write(frame->data(), frame->size(), [self, frame, reason](const Error&) {
     self->fail(ACTORPIPE_ERROR(NegotiationError, reason));

@@ -164,7 +164,7 @@ Error decodeHeader(const uint8_t* b, const Limits& limits, FrameHeader& out) {
     return ACTORPIPE_ERROR(ProtocolError, "unsupported wire version " + std::to_string(b[2]) +
                                               " (we speak " + std::to_string(kVersion) + ")");
   }
-  if (b[3] < uint8_t(FrameType::kHello) || b[3] > uint8_t(FrameType::kJoin)) {
+  if (b[3] < uint8_t(FrameType::kHello) || b[3] > uint8_t(FrameType::kAuth)) {
     return ACTORPIPE_ERROR(ProtocolError, "unknown frame type " + std::to_string(b[3]));
   }
   uint32_t length = 0;
@@ -209,6 +209,7 @@ std::string encode(const Welcome& welcome) {
 std::string encode(const Reject& reject) {
   Writer w;
   w.str(reject.reason);
+  w.u8(reject.kind);
   return w.take();
 }
 
@@ -272,6 +273,7 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Reject& out) {
   Reader r(body, length);
   out.reason = r.str("reason");
+  out.kind = r.u8() == wire::Reject::kAuthentication ? wire::Reject::kAuthentication : wire::Reject::kNegotiation;
   return r.finish("reject");
 }
 
@@ -285,6 +287,32 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Join& out
   Reader r(body, length);
   out.token = r.u64();
   return r.finish("join");
+}
+
+std::string encode(const Challenge& challenge) {
+  Writer w;
+  w.str(challenge.nonce);
+  w.str(challenge.mac);
+  return w.take();
+}
+
+std::string encode(const Auth& auth) {
+  Writer w;
+  w.str(auth.mac);
+  return w.take();
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Challenge& out) {
+  Reader r(body, length);
+  out.nonce = r.str("nonce");
+  out.mac = r.str("mac");
+  return r.finish("challenge");
+}
+
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Auth& out) {
+  Reader r(body, length);
+  out.mac = r.str("mac");
+  return r.finish("auth");
 }
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out) {

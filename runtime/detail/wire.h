@@ -27,6 +27,8 @@ enum class FrameType : uint8_t {
   kReject = 3,   // acceptor -> connector: why we cannot talk
   kMessage = 4,  // either way: a descriptor, then its data
   kJoin = 5,     // connector -> acceptor, on a second transport: "I am that pipe"
+  kChallenge = 6,  // either way, when a secret is set: a nonce (and, from the acceptor, its proof)
+  kAuth = 7,       // connector -> acceptor: its proof
 };
 
 struct FrameHeader {
@@ -71,8 +73,18 @@ struct Join {
   uint64_t token{0};
 };
 
+struct Challenge {
+  std::string nonce;
+  std::string mac;  // empty from the connector
+};
+
+struct Auth {
+  std::string mac;
+};
+
 struct Reject {
   std::string reason;
+  enum Kind : uint8_t { kNegotiation = 0, kAuthentication = 1 } kind{kNegotiation};
 };
 
 // How a tensor travels: which channel, whether its bytes follow inline in
@@ -93,11 +105,15 @@ std::string encode(const Welcome& welcome);
 std::string encode(const Reject& reject);
 std::string encode(const MessageFrame& frame);
 std::string encode(const Join& join);
+std::string encode(const Challenge& challenge);
+std::string encode(const Auth& auth);
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Hello& out);
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Welcome& out);
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Reject& out);
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Join& out);
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Challenge& out);
+Error decode(const uint8_t* body, size_t length, const Limits& limits, Auth& out);
 // Also checks every payload and tensor length, and their sum, against limits.
 Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out);
 
