@@ -1,5 +1,6 @@
 #include <actorpipe/actors/detail/listener_core.h>
 
+#include <atomic>
 #include <deque>
 
 #include <caf/actor_system.hpp>
@@ -17,6 +18,23 @@
 #include <actorpipe/runtime/pipe.h>
 
 namespace actorpipe::detail {
+struct PendingSlot;
+}
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<actorpipe::detail::PendingSlot>)
+
+namespace actorpipe::detail {
+namespace {
+
+}  // namespace
+
+// Counts a connection against Limits::maxPendingPipes from its arrival until
+// its pipe is handed to an accept() callback (or it goes away).
+struct PendingSlot {
+  explicit PendingSlot(std::shared_ptr<std::atomic<size_t>> c) : count(std::move(c)) { ++*count; }
+  ~PendingSlot() { --*count; }
+  std::shared_ptr<std::atomic<size_t>> count;
+};
+
 namespace {
 
 // The listener actor's state: accept() calls and handshaken pipes, paired
@@ -24,7 +42,7 @@ namespace {
 struct AcceptQueue {
   Error error;
   std::deque<Listener::accept_callback_fn> accepts;
-  std::deque<std::shared_ptr<Pipe>> ready;
+  std::deque<std::pair<std::shared_ptr<Pipe>, std::shared_ptr<PendingSlot>>> ready;
 
   void match() {
     while (!accepts.empty() && (error || !ready.empty())) {
@@ -34,15 +52,15 @@ struct AcceptQueue {
         fn(error, nullptr);
         continue;
       }
-      auto pipe = std::move(ready.front());
-      ready.pop_front();
+      auto pipe = std::move(ready.front().first);
+      ready.pop_front();  // releases its pending slot
       fn(Error(), std::move(pipe));
     }
   }
   void fail(Error e) {
     if (error) return;
     error = std::move(e);
-    for (auto& pipe : ready) pipe->close();
+    for (auto& entry : ready) entry.first->close();
     ready.clear();
     match();
   }
@@ -71,12 +89,12 @@ void ListenerCore::spawnActor() {
           queue->accepts.push_back(std::move(fn));
           queue->match();
         },
-        [queue](ready_atom, std::shared_ptr<Pipe>& pipe) {
+        [queue](ready_atom, std::shared_ptr<Pipe>& pipe, std::shared_ptr<PendingSlot>& slot) {
           if (queue->error) {
             pipe->close();
             return;
           }
-          queue->ready.push_back(std::move(pipe));
+          queue->ready.emplace_back(std::move(pipe), std::move(slot));
           queue->match();
         },
         [queue](failed_atom, Error& error) { queue->fail(std::move(error)); },
@@ -131,8 +149,9 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
   std::weak_ptr<ListenerCore> weak = shared_from_this();
   auto context = context_;
   auto registry = registry_;
+  auto pending = pending_;
   caf::actor actor = actor_;
-  listener->accept([weak, listener, transport, context, registry, actor](
+  listener->accept([weak, listener, transport, context, registry, actor, pending](
                        const Error& error, std::shared_ptr<transport::Connection> connection) {
     if (error) {
       caf::anon_send(actor, failed_atom::value, error);
@@ -143,6 +162,14 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
       connection->close(ACTORPIPE_ERROR(ListenerClosedError));
       return;
     }
+    if (pending->load() >= context->limits().maxPendingPipes) {
+      // Too many handshakes or unaccepted pipes already: refuse, cheaply.
+      connection->close(ACTORPIPE_ERROR(LimitExceededError, "pending pipes", pending->load(),
+                                        context->limits().maxPendingPipes));
+      self->armAccept(listener, transport);
+      return;
+    }
+    auto slot = std::make_shared<PendingSlot>(pending);
     // A connection that never greets must not hold a descriptor for ever.
     auto greeted = std::make_shared<bool>(false);
     auto timeout = context->options().handshakeTimeout();
@@ -151,8 +178,8 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
         if (!*greeted) connection->close(ACTORPIPE_ERROR(TimeoutError, "a new connection's greeting", 0));
       });
     }
-    auto dispatch = [context, transport, connection, registry, actor, greeted](wire::FrameType type,
-                                                                               std::vector<uint8_t>& body) {
+    auto dispatch = [context, transport, connection, registry, actor, greeted, slot](wire::FrameType type,
+                                                                                     std::vector<uint8_t>& body) {
       *greeted = true;
       if (type == wire::FrameType::kJoin) {
         wire::Join join;
@@ -167,11 +194,11 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
         return connection->close(ACTORPIPE_ERROR(ProtocolError, "expected a hello"));
       }
       auto pipe = PipeCore::accept(context, transport, connection, body, registry,
-                                   [actor](const Error& e, std::shared_ptr<PipeCore> core) {
+                                   [actor, slot](const Error& e, std::shared_ptr<PipeCore> core) {
         // A failed handshake concerns that peer only; the listener goes on.
         if (e || !core) return;
         auto handle = std::make_shared<Pipe>(core, core->remoteName());
-        caf::anon_send(actor, ready_atom::value, std::move(handle));
+        caf::anon_send(actor, ready_atom::value, std::move(handle), slot);
       });
       context->track(pipe);
     };

@@ -45,6 +45,8 @@ class ListenerCore : public std::enable_shared_from_this<ListenerCore> {
   std::vector<std::shared_ptr<transport::Listener>> listeners_;
   std::vector<std::shared_ptr<const TransportEntry>> transports_;
   std::shared_ptr<JoinRegistry> registry_;
+  // Connections between arrival and accept(): see Limits::maxPendingPipes.
+  std::shared_ptr<std::atomic<size_t>> pending_ = std::make_shared<std::atomic<size_t>>(0);
   std::atomic<bool> terminated_{false};
   Error terminatedReason_;
 };

@@ -161,3 +161,23 @@ TEST_CASE("pending operations per pipe are bounded") {
   Error e = f.get();
   CHECK(e.isOfType<LimitExceededError>());
 }
+
+TEST_CASE("pipes waiting for accept() per listener are bounded") {
+  Limits limits;
+  limits.maxPendingPipes = 3;
+  auto server = makeContext("server", ContextOptions().limits(limits));
+  auto listener = server->listen({"tcp://127.0.0.1:0"});
+  auto client = makeContext("client");
+  std::vector<std::shared_ptr<Pipe>> pipes;
+  for (int i = 0; i < 3; ++i) {
+    pipes.push_back(client->connect(listener->url("tcp")));
+    REQUIRE(!writeSync(*pipes.back(), Message()));  // handshaken, waiting for accept()
+  }
+  auto extra = client->connect(listener->url("tcp"));
+  Error e = writeSync(*extra, Message());
+  CHECK(e);  // refused at once: the listener closed it
+  for (int i = 0; i < 3; ++i) REQUIRE(acceptSync(*listener) != nullptr);
+  auto later = client->connect(listener->url("tcp"));
+  CHECK(!writeSync(*later, Message()));
+  CHECK(acceptSync(*listener) != nullptr);
+}
