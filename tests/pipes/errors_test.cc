@@ -13,7 +13,7 @@
 
 #include <actorpipe/runtime/detail/wire.h>
 
-#include "../support/harness.h"
+#include "../support/scenarios.h"
 
 using namespace actorpipe;
 using namespace testing;
@@ -177,54 +177,7 @@ TEST_CASE("closing a listener aborts a pending accept") {
 }
 
 TEST_CASE("a peer killed mid-transfer fails the pending operations") {
-  Child child = Child::spawn([](Child& self) {
-    auto context = makeContext("victim");
-    auto listener = context->listen({"tcp://127.0.0.1:0"});
-    self.send(listener->url("tcp"));
-    auto pipe = acceptSync(*listener);
-    CHILD_CHECK(pipe != nullptr);
-    std::promise<void> gotDescriptor;
-    pipe->readDescriptor([&](const Error& e, Descriptor) { gotDescriptor.set_value(); });
-    gotDescriptor.get_future().wait();
-    self.send("descriptor");
-    // Never read the data: sit on it until the parent kills us.
-    std::this_thread::sleep_for(std::chrono::seconds(60));
-    return 0;
-  });
-  std::string url = child.receive();
-  REQUIRE(!url.empty());
-  auto context = makeContext();
-  auto pipe = context->connect(url);
-  Storage big;
-  big.tensors.push_back(std::vector<uint8_t>(64u << 20, 7));
-  std::promise<Error> written;
-  pipe->write(messageOver(big, "big"), [&](const Error& e) { written.set_value(e); });
-  std::promise<Error> readError;
-  pipe->readDescriptor([&](const Error& e, Descriptor) { readError.set_value(e); });
-  REQUIRE(child.receive() == "descriptor");
-  child.kill(SIGKILL);
-  CHECK(child.wait() == 128 + SIGKILL);
-  auto w = written.get_future();
-  auto r = readError.get_future();
-  REQUIRE(ready(w, std::chrono::seconds(10)));
-  REQUIRE(ready(r, std::chrono::seconds(10)));
-  Error we = w.get();
-  Error re = r.get();
-  CHECK(we);
-  CHECK(re);
-  MESSAGE("write failed with: " << we.what());
-  MESSAGE("readDescriptor failed with: " << re.what());
-  // The context is still usable.
-  auto listener = context->listen({"tcp://127.0.0.1:0"});
-  auto other = context->connect(listener->url("tcp"));
-  auto accepted = acceptSync(*listener);
-  REQUIRE(accepted != nullptr);
-  Storage s;
-  s.payloads.push_back(pattern(100, 9));
-  REQUIRE(!writeSync(*other, messageOver(s, "after")));
-  Received got = readSync(*accepted);
-  REQUIRE(!got.error);
-  CHECK(got.storage.payloads[0] == s.payloads[0]);
+  killedMidTransfer([](const std::string& name) { return makeContext(name); }, "tcp://127.0.0.1:0", 64u << 20);
 }
 
 TEST_CASE("closing a pipe during its handshake fails its operations") {

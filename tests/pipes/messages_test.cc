@@ -6,20 +6,12 @@
 #include <mutex>
 #include <thread>
 
-#include "../support/harness.h"
+#include "../support/scenarios.h"
 
 using namespace actorpipe;
 using namespace testing;
 
 namespace {
-
-Storage makeStorage(std::vector<size_t> payloads, std::vector<size_t> tensors, int seed) {
-  Storage s;
-  int r = 0;
-  for (size_t n : payloads) s.payloads.push_back(pattern(n, seed + 31 * r++));
-  for (size_t n : tensors) s.tensors.push_back(pattern(n, seed + 31 * r++));
-  return s;
-}
 
 void checkEcho(const Storage& sent, const Received& got, const std::string& metadata) {
   REQUIRE_MESSAGE(!got.error, got.error.what());
@@ -36,26 +28,6 @@ void checkEcho(const Storage& sent, const Received& got, const std::string& meta
     CHECK(got.storage.tensors[i] == sent.tensors[i]);
   }
 }
-
-struct EchoPeer {
-  Child child;
-  std::shared_ptr<Context> context;
-  std::shared_ptr<Pipe> pipe;
-  std::string url;
-
-  explicit EchoPeer(int pipes = 1)
-      : child(Child::spawn([pipes](Child& self) { return echoServer(self, pipes); })) {
-    url = child.receive();
-    REQUIRE(!url.empty());
-    context = makeContext("client");
-    pipe = context->connect(url);
-  }
-  ~EchoPeer() {
-    pipe.reset();
-    context->join();
-    CHECK(child.wait() == 0);
-  }
-};
 
 }  // namespace
 

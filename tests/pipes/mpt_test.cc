@@ -6,35 +6,13 @@
 #include <thread>
 #include <signal.h>
 
-#include "../support/harness.h"
+#include "../support/scenarios.h"
 
 using namespace actorpipe;
 using namespace testing;
 
-namespace {
-
-struct MptPeer {
-  Child child;
-  std::shared_ptr<Context> context;
-  std::shared_ptr<Pipe> pipe;
-
-  MptPeer() : child(Child::spawn([](Child& self) { return echoServer(self, 1, true); })) {
-    std::string url = child.receive();
-    REQUIRE(!url.empty());
-    context = makeContext("client", ContextOptions(), true);
-    pipe = context->connect(url);
-  }
-  ~MptPeer() {
-    pipe.reset();
-    context->join();
-    CHECK(child.wait() == 0);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("mpt carries tensors of every size, cut across lanes, intact and in order") {
-  MptPeer peer;
+  EchoPeer peer(1, true);
   // 0 and 1 byte, below one chunk, exactly at chunk boundaries, odd sizes
   // that do not divide by the lane count, and large.
   std::vector<size_t> sizes{0, 1, 1000, 256 * 1024, 512 * 1024 + 1, 768 * 1024, 3 * 1000 * 1000 + 7, 20u << 20};
@@ -58,33 +36,8 @@ TEST_CASE("mpt carries tensors of every size, cut across lanes, intact and in or
 }
 
 TEST_CASE("mpt: a peer killed mid-transfer fails the transfer") {
-  Child child = Child::spawn([](Child& self) {
-    auto context = makeContext("victim", ContextOptions(), true);
-    auto listener = context->listen({"tcp://127.0.0.1:0"});
-    self.send(listener->url("tcp"));
-    auto pipe = acceptSync(*listener);
-    CHILD_CHECK(pipe != nullptr);
-    std::promise<void> described;
-    pipe->readDescriptor([&](const Error&, Descriptor) { described.set_value(); });
-    described.get_future().wait();
-    self.send("descriptor");
-    std::this_thread::sleep_for(std::chrono::seconds(60));
-    return 0;
-  });
-  std::string url = child.receive();
-  REQUIRE(!url.empty());
-  auto context = makeContext("client", ContextOptions(), true);
-  auto pipe = context->connect(url);
-  Storage big;
-  big.tensors.push_back(std::vector<uint8_t>(64u << 20, 1));
-  std::promise<Error> written;
-  pipe->write(messageOver(big, "big"), [&](const Error& e) { written.set_value(e); });
-  REQUIRE(child.receive() == "descriptor");
-  child.kill(SIGKILL);
-  child.wait();
-  auto f = written.get_future();
-  REQUIRE(ready(f, std::chrono::seconds(10)));
-  CHECK(f.get());
+  killedMidTransfer([](const std::string& name) { return makeContext(name, ContextOptions(), true); },
+                    "tcp://127.0.0.1:0", 64u << 20);
 }
 
 TEST_CASE("a peer without mpt falls back to basic") {

@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "../support/harness.h"
+#include "../support/scenarios.h"
 
 using namespace actorpipe;
 using namespace testing;
@@ -99,33 +99,7 @@ TEST_CASE("cma: a reader that exits right after reading does not fail the writer
 }
 
 TEST_CASE("cma: a reader killed before it reads fails the write") {
-  Child child = Child::spawn([](Child& self) {
-    auto context = makeFullContext("victim");
-    auto listener = context->listen({"shm://"});
-    self.send(listener->url("shm"));
-    auto pipe = acceptSync(*listener);
-    CHILD_CHECK(pipe != nullptr);
-    std::promise<void> described;
-    pipe->readDescriptor([&](const Error&, Descriptor) { described.set_value(); });
-    described.get_future().wait();
-    self.send("descriptor");
-    std::this_thread::sleep_for(std::chrono::seconds(60));
-    return 0;
-  });
-  std::string url = child.receive();
-  REQUIRE(!url.empty());
-  auto context = makeFullContext("writer");
-  auto pipe = context->connect(url);
-  Storage s;
-  s.tensors.push_back(pattern(1 << 20, 5));
-  std::promise<Error> written;
-  pipe->write(messageOver(s, "never read"), [&](const Error& e) { written.set_value(e); });
-  REQUIRE(child.receive() == "descriptor");
-  child.kill(SIGKILL);
-  child.wait();
-  auto f = written.get_future();
-  REQUIRE(ready(f, std::chrono::seconds(10)));
-  CHECK(f.get());
+  killedMidTransfer(makeFullContext, "shm://", 1u << 20);
 }
 
 TEST_CASE("cma refused (another user) falls back to basic") {

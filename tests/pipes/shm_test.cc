@@ -8,40 +8,12 @@
 #include <fstream>
 #include <thread>
 
-#include "../support/harness.h"
+#include "../support/scenarios.h"
 
 using namespace actorpipe;
 using namespace testing;
 
 namespace {
-
-struct ShmPeer {
-  Child child;
-  std::shared_ptr<Context> context;
-  std::shared_ptr<Pipe> pipe;
-  std::string url;
-
-  explicit ShmPeer(int pipes = 1)
-      : child(Child::spawn([pipes](Child& self) { return echoServer(self, pipes, false, "shm://"); })) {
-    url = child.receive();
-    REQUIRE(url.rfind("shm://", 0) == 0);
-    context = makeContext("client");
-    pipe = context->connect(url);
-  }
-  ~ShmPeer() {
-    pipe.reset();
-    context->join();
-    CHECK(child.wait() == 0);
-  }
-};
-
-Storage makeStorage(std::vector<size_t> payloads, std::vector<size_t> tensors, int seed) {
-  Storage s;
-  int r = 0;
-  for (size_t n : payloads) s.payloads.push_back(pattern(n, seed + 31 * r++));
-  for (size_t n : tensors) s.tensors.push_back(pattern(n, seed + 31 * r++));
-  return s;
-}
 
 // CPU time (user + system) this process has used, in clock ticks.
 long cpuTicks() {
@@ -58,7 +30,7 @@ long cpuTicks() {
 }  // namespace
 
 TEST_CASE("shm: ping with payloads and tensors of many sizes comes back intact") {
-  ShmPeer peer;
+  EchoPeer peer(1, false, "shm://");
   // Larger than the 2 MiB ring: the writer must wait for the reader.
   Storage sent = makeStorage({1, 100, 4096, 70000}, {0, 8, 1 << 20, 9 << 20}, 3);
   REQUIRE(!writeSync(*peer.pipe, messageOver(sent, "ping")));
@@ -71,7 +43,7 @@ TEST_CASE("shm: ping with payloads and tensors of many sizes comes back intact")
 }
 
 TEST_CASE("shm: many queued writes against queued reads, in order") {
-  ShmPeer peer;
+  EchoPeer peer(1, false, "shm://");
   constexpr int kCount = 300;
   std::vector<Storage> sent;
   for (int i = 0; i < kCount; ++i) sent.push_back(makeStorage({size_t(i % 5) * 33}, {size_t(i) * 101}, i));
@@ -113,37 +85,7 @@ TEST_CASE("shm: a named address, and a name nobody listens on") {
 }
 
 TEST_CASE("shm: a peer killed mid-transfer fails the pending operations") {
-  Child child = Child::spawn([](Child& self) {
-    auto context = makeContext("victim");
-    auto listener = context->listen({"shm://"});
-    self.send(listener->url("shm"));
-    auto pipe = acceptSync(*listener);
-    CHILD_CHECK(pipe != nullptr);
-    std::promise<void> described;
-    pipe->readDescriptor([&](const Error&, Descriptor) { described.set_value(); });
-    described.get_future().wait();
-    self.send("descriptor");
-    std::this_thread::sleep_for(std::chrono::seconds(60));
-    return 0;
-  });
-  std::string url = child.receive();
-  REQUIRE(!url.empty());
-  auto context = makeContext("client");
-  auto pipe = context->connect(url);
-  Storage big;
-  big.tensors.push_back(std::vector<uint8_t>(64u << 20, 1));
-  std::promise<Error> written, described;
-  pipe->write(messageOver(big, "big"), [&](const Error& e) { written.set_value(e); });
-  pipe->readDescriptor([&](const Error& e, Descriptor) { described.set_value(e); });
-  REQUIRE(child.receive() == "descriptor");
-  child.kill(SIGKILL);
-  child.wait();
-  auto w = written.get_future();
-  auto d = described.get_future();
-  REQUIRE(ready(w, std::chrono::seconds(10)));
-  REQUIRE(ready(d, std::chrono::seconds(10)));
-  CHECK(w.get().isOfType<EOFError>());
-  CHECK(d.get().isOfType<EOFError>());
+  killedMidTransfer([](const std::string& name) { return makeContext(name); }, "shm://", 64u << 20);
 }
 
 TEST_CASE("shm: data written just before the peer exits is still delivered") {
@@ -173,7 +115,7 @@ TEST_CASE("shm: data written just before the peer exits is still delivered") {
 }
 
 TEST_CASE("shm: an idle listening context and idle pipes use almost no CPU") {
-  ShmPeer peer;
+  EchoPeer peer(1, false, "shm://");
   REQUIRE(!writeSync(*peer.pipe, Message()));
   REQUIRE(!readSync(*peer.pipe).error);
   // Our side: a listener and an idle pipe with a pending readDescriptor.

@@ -148,6 +148,14 @@ std::vector<uint8_t> pattern(size_t length, int seed) {
   return v;
 }
 
+Storage makeStorage(std::vector<size_t> payloads, std::vector<size_t> tensors, int seed) {
+  Storage s;
+  int r = 0;
+  for (size_t n : payloads) s.payloads.push_back(pattern(n, seed + 31 * r++));
+  for (size_t n : tensors) s.tensors.push_back(pattern(n, seed + 31 * r++));
+  return s;
+}
+
 Allocation allocate(const Descriptor& d, Storage& storage) {
   Allocation a;
   storage.payloads.resize(d.payloads.size());

@@ -87,6 +87,9 @@ struct Storage {
   std::vector<std::vector<uint8_t>> tensors;
 };
 
+// Payloads and tensors of the given sizes, filled with pattern().
+Storage makeStorage(std::vector<size_t> payloads, std::vector<size_t> tensors, int seed);
+
 // Allocates per descriptor; the Allocation points into `storage`.
 actorpipe::Allocation allocate(const actorpipe::Descriptor& d, Storage& storage);
 // A message over `storage`, with the given metadata.

@@ -1,5 +1,7 @@
 #include <actorpipe/transports/ibv/connection.h>
 
+#include <actorpipe/transports/detail/in_loop.h>
+
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -288,15 +290,9 @@ bool IbvConnection::prepareToSleep() {
   return !pollCompletions();
 }
 
-void IbvConnection::inLoop(std::function<void()> fn, const std::function<void(const Error&)>& onClosed) {
-  if (loop_.inLoop()) return fn();
-  auto self = shared_from_this();
-  if (!loop_.post([self, fn] { fn(); })) onClosed(ACTORPIPE_ERROR(ContextClosedError));
-}
-
 void IbvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
   auto self = shared_from_this();
-  inLoop([self, ptr, length, fn] {
+  detail::inLoop(loop_, [self, ptr, length, fn] {
     if (self->error_) return fn(self->error_);
     self->reads_.push_back({static_cast<uint8_t*>(ptr), length, 0, fn});
     if (!self->pumping_) self->serveReads();
@@ -305,7 +301,7 @@ void IbvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
 
 void IbvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
   auto self = shared_from_this();
-  inLoop([self, slices, fn] {
+  detail::inLoop(loop_, [self, slices, fn] {
     if (self->error_) return fn(self->error_);
     WriteOp op;
     op.slices = slices;
@@ -317,7 +313,7 @@ void IbvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
 
 void IbvConnection::close(Error reason) {
   auto self = shared_from_this();
-  inLoop([self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
+  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
 }
 
 void IbvConnection::closeInLoop(const Error& reason) {

@@ -76,7 +76,6 @@ class IbvConnection final : public Connection,
   bool pushWrites();
   bool completeWrites();
   void closeInLoop(const Error& reason);
-  void inLoop(std::function<void()> fn, const std::function<void(const Error&)>& onClosed);
 
   detail::Loop& loop_;
   std::shared_ptr<Device> device_;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <actorpipe/transports/detail/in_loop.h>
 #include <actorpipe/transports/shm/socket.h>
 
 namespace actorpipe::transport::shm {
@@ -323,16 +324,9 @@ void ShmConnection::awake() {
 // --- operations -------------------------------------------------------------------
 
 void ShmConnection::read(void* ptr, size_t length, read_callback_fn fn) {
-  ReadOp op{static_cast<uint8_t*>(ptr), length, 0, std::move(fn)};
-  if (loop_.inLoop()) {
-    readInLoop(std::move(op));
-    return;
-  }
   auto self = shared_from_this();
-  auto shared = std::make_shared<ReadOp>(std::move(op));
-  if (!loop_.post([self, shared] { self->readInLoop(std::move(*shared)); })) {
-    shared->fn(ACTORPIPE_ERROR(ContextClosedError));
-  }
+  detail::inLoop(loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); },
+                 fn);
 }
 
 void ShmConnection::readInLoop(ReadOp op) {
@@ -347,15 +341,8 @@ void ShmConnection::readInLoop(ReadOp op) {
 }
 
 void ShmConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
-  if (loop_.inLoop()) {
-    writeInLoop(std::move(slices), std::move(fn));
-    return;
-  }
   auto self = shared_from_this();
-  auto shared = std::make_shared<std::pair<std::vector<Slice>, write_callback_fn>>(std::move(slices), std::move(fn));
-  if (!loop_.post([self, shared] { self->writeInLoop(std::move(shared->first), std::move(shared->second)); })) {
-    shared->second(ACTORPIPE_ERROR(ContextClosedError));
-  }
+  detail::inLoop(loop_, [self, slices, fn] { self->writeInLoop(slices, fn); }, fn);
 }
 
 void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
@@ -372,12 +359,8 @@ void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn)
 }
 
 void ShmConnection::close(Error reason) {
-  if (loop_.inLoop()) {
-    closeInLoop(reason);
-    return;
-  }
   auto self = shared_from_this();
-  loop_.post([self, reason] { self->closeInLoop(reason); });
+  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
 }
 
 void ShmConnection::closeInLoop(const Error& reason) {

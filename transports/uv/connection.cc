@@ -1,5 +1,7 @@
 #include <actorpipe/transports/uv/connection.h>
 
+#include <actorpipe/transports/detail/in_loop.h>
+
 #include <cstring>
 
 namespace actorpipe::transport::uv {
@@ -81,16 +83,9 @@ void UvConnection::onConnected(int status) {
 }
 
 void UvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
-  ReadOp op{static_cast<uint8_t*>(ptr), length, 0, std::move(fn)};
-  if (loop_.inLoop()) {
-    readInLoop(std::move(op));
-    return;
-  }
   auto self = shared_from_this();
-  auto shared = std::make_shared<ReadOp>(std::move(op));
-  if (!loop_.post([self, shared] { self->readInLoop(std::move(*shared)); })) {
-    shared->fn(ACTORPIPE_ERROR(ContextClosedError));
-  }
+  detail::inLoop(loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); },
+                 fn);
 }
 
 void UvConnection::readInLoop(ReadOp op) {
@@ -221,18 +216,8 @@ void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
 }
 
 void UvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
-  if (loop_.inLoop()) {
-    writeInLoop(std::move(slices), std::move(fn));
-    return;
-  }
   auto self = shared_from_this();
-  auto shared = std::make_shared<std::pair<std::vector<Slice>, write_callback_fn>>(
-      std::move(slices), std::move(fn));
-  if (!loop_.post([self, shared] {
-        self->writeInLoop(std::move(shared->first), std::move(shared->second));
-      })) {
-    shared->second(ACTORPIPE_ERROR(ContextClosedError));
-  }
+  detail::inLoop(loop_, [self, slices, fn] { self->writeInLoop(slices, fn); }, fn);
 }
 
 void UvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
@@ -289,12 +274,8 @@ void UvConnection::onWrite(uv_write_t* req, int status) {
 }
 
 void UvConnection::close(Error reason) {
-  if (loop_.inLoop()) {
-    closeInLoop(reason);
-    return;
-  }
   auto self = shared_from_this();
-  loop_.post([self, reason] { self->closeInLoop(reason); });
+  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
 }
 
 void UvConnection::closeInLoop(const Error& reason) {
