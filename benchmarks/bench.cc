@@ -1,6 +1,7 @@
 // actorpipe-bench: round-trip latency and bandwidth of a pipe between two
 // processes, in the manner of TensorPipe's benchmark_pipe. See
 // docs/benchmarks.md for how the figures there were produced.
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +44,7 @@ struct Options {
   bool verify{false};
   bool inProcess{false};
   int pollUs{-1};
+  int idleSeconds{0};
 };
 
 size_t kMptLanes = 2;
@@ -65,6 +67,8 @@ void usage() {
       "  --transport NAME     tcp (alias uv), shm                   [tcp]\n"
       "  --channel NAME       basic, mpt, cma, xth (basic stays registered as fallback) [basic]\n"
       "  --in-process         server in this process (another Context), not forked\n"
+      "  --idle SECONDS       instead: CPU used by both processes while 8 pipes and a\n"
+      "                       listener sit idle (shm and tcp), in % of one core\n"
       "  --lanes N            mpt lanes                             [2]\n"
       "  --listen ADDRESS     address the server binds [127.0.0.1; for shm, autobind]\n"
       "  --metadata-size N    bytes of metadata per message         [8]\n"
@@ -105,6 +109,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--no-pin") o.pin = false;
     else if (a == "--in-process") o.inProcess = true;
+    else if (a == "--idle") o.idleSeconds = static_cast<int>(number());
     else if (a == "--poll-us") o.pollUs = static_cast<int>(number());
     else if (a == "--lanes") kMptLanes = static_cast<size_t>(number());
     else if (a == "-h" || a == "--help") return false;
@@ -161,6 +166,60 @@ void writeSvg(const std::string& path, const std::vector<Point>& points, const s
   std::ofstream(path) << svg.str();
 }
 
+// CPU ticks (user + system) used so far by a process.
+long cpuTicks(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string field;
+  long total = 0;
+  for (int i = 1; i <= 15 && stat >> field; ++i) {
+    if (i == 14 || i == 15) total += std::stol(field);
+  }
+  return total;
+}
+
+// Idle cost: TensorPipe's busy-polling shm uses ~98% of a core per idle
+// context; ours must use next to nothing once its loops have gone to sleep.
+int measureIdle(const Options& o) {
+  auto makeContext = [](const std::string& name) {
+    auto context = std::make_shared<Context>(ContextOptions().name(name));
+    context->registerTransport(0, "tcp", transport::uv::create());
+    context->registerTransport(10, "shm", transport::shm::create());
+    context->registerChannel(0, "basic", channel::basic::create());
+    return context;
+  };
+  Server server = forkEchoServer("tcp://127.0.0.1:0", 8, -1, [&] { return makeContext("idle-server"); }, "shm://");
+  if (server.url.empty()) return 1;
+  int rc = 0;
+  {
+    auto context = makeContext("idle-client");
+    auto listener = context->listen({"shm://", "tcp://127.0.0.1:0"});  // idle, but listening
+    std::vector<std::shared_ptr<Pipe>> pipes;
+    for (int i = 0; i < 8; ++i) {
+      pipes.push_back(context->connect(server.url));
+      Stats s = measure(*pipes.back(), Shape{}, 0, 10);
+      if (!s.error.empty()) {
+        std::fprintf(stderr, "actorpipe-bench: %s\n", s.error.c_str());
+        return 1;
+      }
+      pipes.back()->readDescriptor([](const Error&, Descriptor) {});  // pending, as real readers are
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // past every polling window
+    long hz = ::sysconf(_SC_CLK_TCK);
+    long mine = cpuTicks(::getpid()), theirs = cpuTicks(server.pid);
+    std::this_thread::sleep_for(std::chrono::seconds(o.idleSeconds));
+    double client = 100.0 * (cpuTicks(::getpid()) - mine) / hz / o.idleSeconds;
+    double peer = 100.0 * (cpuTicks(server.pid) - theirs) / hz / o.idleSeconds;
+    std::printf("idle for %d s with 8 pipes (on %s) and a listener on shm and tcp:\n", o.idleSeconds,
+                pipes.front()->info().transport.c_str());
+    std::printf("  connecting process: %.2f%% of one core\n  accepting process:  %.2f%% of one core\n", client,
+                peer);
+    pipes.clear();
+    context->join();
+  }
+  if (waitServer(server) != 0) rc = 1;
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +234,7 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
+  if (o.idleSeconds > 0) return measureIdle(o);
   auto makeContext = [&o](const std::string& name) {
     ContextOptions options;
     options.name(name);
