@@ -64,8 +64,13 @@ constexpr size_t kSplitAbove = size_t{4} << 20;
 
 class CopyHelper {
  public:
+  // One per process, living for the process (no join at exit). A forked
+  // child has the parent's object but not its thread: it makes its own.
   static CopyHelper& instance() {
-    static CopyHelper* helper = new CopyHelper();  // lives for the process: no join at exit
+    static std::mutex mutex;
+    static CopyHelper* helper = nullptr;
+    std::lock_guard<std::mutex> guard(mutex);
+    if (helper == nullptr || helper->pid_ != ::getpid()) helper = new CopyHelper();
     return *helper;
   }
   // Runs `job` on the helper thread; `done` is set when it finished.
@@ -92,6 +97,7 @@ class CopyHelper {
       }
     }).detach();
   }
+  pid_t pid_{::getpid()};
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> jobs_;
