@@ -15,6 +15,7 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/shm/connection.h>
 #include <actorpipe/transports/shm/socket.h>
 
@@ -161,8 +162,8 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
     auto connection = std::make_shared<ShmConnection>(loop(), "shm://" + addr);
     auto self = shared_from_this();
     if (!loop().post([self, connection, addr] {
-          if (self->closed_) return connection->failEarly(self->closed_);
-          self->track(connection);
+          if (self->registry_.closed()) return connection->failEarly(self->registry_.closed());
+          self->registry_.track(connection);
           connection->startAsClient(addr, self->ringSize_);
         })) {
       connection->close(ACTORPIPE_ERROR(ContextClosedError));
@@ -172,19 +173,15 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
 
   std::shared_ptr<Listener> listen(std::string addr) override {
     auto listener = std::make_shared<ShmListener>(loop());
-    std::promise<void> bound;
     auto self = shared_from_this();
-    if (loop().post([self, listener, addr, &bound] {
-          if (self->closed_) {
-            listener->failInLoop(self->closed_);
+    if (!detail::runAndWait(loop(), [self, listener, addr] {
+          if (self->registry_.closed()) {
+            listener->failInLoop(self->registry_.closed());
           } else {
-            self->listeners_.push_back(listener);
+            self->registry_.track(listener);
             listener->bind(addr);
           }
-          bound.set_value();
         })) {
-      bound.get_future().wait();
-    } else {
       listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
     }
     return listener;
@@ -203,37 +200,16 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
 
   void shutdown(const Error& reason) override {
     auto self = weak_from_this().lock();
-    loop().post([this, self, reason] {
-      if (!closed_) closed_ = reason;
-      auto connections = std::move(connections_);
-      auto listeners = std::move(listeners_);
-      for (auto& weak : connections) {
-        if (auto c = weak.lock()) c->close(reason);
-      }
-      for (auto& weak : listeners) {
-        if (auto l = weak.lock()) l->failInLoop(reason);
-      }
-    });
+    loop().post([this, self, reason] { registry_.closeAll(reason); });
   }
 
  private:
-  void track(const std::shared_ptr<ShmConnection>& c) {
-    if (connections_.size() >= 64 && connections_.size() % 64 == 0) {
-      std::vector<std::weak_ptr<ShmConnection>> live;
-      for (auto& w : connections_) if (!w.expired()) live.push_back(w);
-      connections_.swap(live);
-    }
-    connections_.push_back(c);
-  }
-
   size_t ringSize_;
   std::string domain_;
   std::string id_{"shm"};
   bool viable_;
   detail::LoopHolder loop_{"shm"};
-  Error closed_;
-  std::vector<std::weak_ptr<ShmConnection>> connections_;
-  std::vector<std::weak_ptr<ShmListener>> listeners_;
+  detail::Registry<ShmConnection, ShmListener> registry_;
 };
 
 }  // namespace

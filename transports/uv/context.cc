@@ -11,6 +11,7 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/uv/connection.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
@@ -74,45 +75,18 @@ class UvContext final : public Context, public std::enable_shared_from_this<UvCo
   bool adoptLoop(std::shared_ptr<detail::Loop> loop) override { return loop_.adopt(std::move(loop)); }
 
   void shutdown(const Error& reason) override {
-    loop().post([this, reason] {
-      closed_ = reason;
-      auto connections = std::move(connections_);
-      auto listeners = std::move(listeners_);
-      for (auto& weak : connections) {
-        if (auto c = weak.lock()) c->close(reason);
-      }
-      for (auto& weak : listeners) {
-        if (auto l = weak.lock()) l->failInLoop(reason);
-      }
-    });
+    auto self = weak_from_this().lock();
+    loop().post([this, self, reason] { registry_.closeAll(reason); });
   }
 
-  // Loop thread: keeps weak track of what shutdown() must close.
-  void track(const std::shared_ptr<UvConnection>& c) {
-    prune();
-    connections_.push_back(c);
-  }
-  void track(const std::shared_ptr<UvListener>& l) { listeners_.push_back(l); }
-  const Error& closedReason() const { return closed_; }
+  // Loop thread.
+  detail::Registry<UvConnection, UvListener>& registry() { return registry_; }
 
  private:
-  void prune() {
-    if (connections_.size() < 64 || connections_.size() < 2 * lastPruneSize_) return;
-    std::vector<std::weak_ptr<UvConnection>> live;
-    for (auto& w : connections_) {
-      if (!w.expired()) live.push_back(w);
-    }
-    connections_.swap(live);
-    lastPruneSize_ = connections_.size();
-  }
-
   std::string domain_{"tcp"};
   std::string id_{"uv"};
   actorpipe::detail::LoopHolder loop_;
-  Error closed_;
-  std::vector<std::weak_ptr<UvConnection>> connections_;
-  size_t lastPruneSize_{0};
-  std::vector<std::weak_ptr<UvListener>> listeners_;
+  detail::Registry<UvConnection, UvListener> registry_;
 };
 
 std::shared_ptr<Connection> UvContext::connect(std::string addr) {
@@ -121,12 +95,12 @@ std::shared_ptr<Connection> UvContext::connect(std::string addr) {
   Error error = parseAddress(addr, sa);  // may block on DNS: done on the caller's thread
   auto self = shared_from_this();
   bool posted = loop().post([self, connection, sa, error] {
-    if (self->closed_) {
-      connection->failConnect(self->closed_);
+    if (self->registry_.closed()) {
+      connection->failConnect(self->registry_.closed());
     } else if (error) {
       connection->failConnect(error);
     } else {
-      self->track(connection);
+      self->registry_.track(connection);
       connection->startConnect(sa.get());
     }
   });
@@ -140,22 +114,17 @@ std::shared_ptr<Listener> UvContext::listen(std::string addr) {
   auto listener = std::make_shared<UvListener>(*this, loop());
   SockAddr sa;
   Error error = parseAddress(addr, sa);
-  std::promise<void> bound;
   auto self = shared_from_this();
-  bool posted = loop().post([self, listener, sa, error, &bound] {
-    if (self->closed_) {
-      listener->failInLoop(self->closed_);
-    } else if (error) {
-      listener->failInLoop(error);
-    } else {
-      self->track(listener);
-      listener->bind(sa);
-    }
-    bound.set_value();
-  });
-  if (posted) {
-    bound.get_future().wait();
-  } else {
+  if (!detail::runAndWait(loop(), [self, listener, sa, error] {
+        if (self->registry_.closed()) {
+          listener->failInLoop(self->registry_.closed());
+        } else if (error) {
+          listener->failInLoop(error);
+        } else {
+          self->registry_.track(listener);
+          listener->bind(sa);
+        }
+      })) {
     listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
   }
   return listener;
@@ -200,7 +169,7 @@ void UvListener::onConnection(uv_stream_t* server, int status) {
   auto connection =
       std::make_shared<UvConnection>(self->loop_, formatAddress(reinterpret_cast<sockaddr*>(&peer)));
   connection->adopt(client);
-  self->context_.track(connection);
+  self->context_.registry().track(connection);
   self->ready_.push_back(std::move(connection));
   self->match();
 }
