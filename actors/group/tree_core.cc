@@ -1,0 +1,674 @@
+#include <actorpipe/actors/group/tree_core.h>
+
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/xth/factory.h>
+#include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/factory.h>
+
+namespace actorpipe::group {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Lock = std::unique_lock<std::recursive_mutex>;
+
+// After a failure, how long a collective waits for reads and writes that
+// still point into the caller's tensors, before it closes every pipe to end
+// them (a failed group is not used again).
+constexpr auto kQuiesceGrace = std::chrono::seconds(2);
+// How long a caller spins (yielding) before it sleeps: a small collective
+// is done in tens of microseconds, and waking a sleeping thread costs ~40 µs
+// here (../shared/NOTES.md).
+constexpr auto kSpinWindow = std::chrono::microseconds(300);
+
+Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
+  const size_t element = dtypeSize(tensor.dtype);
+  return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
+}
+
+uint8_t* bytesOf(const Tensor& tensor) { return static_cast<uint8_t*>(tensor.data); }
+
+Message::Tensor outgoing(void* data, size_t length) {
+  Message::Tensor tensor;
+  tensor.buffer = CpuBuffer{data};
+  tensor.length = length;
+  return tensor;
+}
+
+bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk, int& contributors) {
+  std::istringstream in(text);
+  std::string kind;
+  return (in >> kind >> sequence >> chunk >> contributors) && kind == "D";
+}
+
+} // namespace
+
+TreeCore::TreeCore(RankInfo info_, TreeOptions options_)
+    : info(std::move(info_)), options(options_) {}
+
+TreeCore::~TreeCore() {
+  close();
+  if (context_) context_->join();
+  if (rendezvousFileOwned_) removeRendezvousFile(info);
+}
+
+Error TreeCore::start() {
+  context_ = std::make_shared<Context>(ContextOptions().name("rank " + std::to_string(info.rank)));
+  context_->registerTransport(0, "tcp", transport::uv::create());
+  context_->registerTransport(10, "shm", transport::shm::create());
+  context_->registerChannel(0, "basic", channel::basic::create());
+  context_->registerChannel(10, "cma", channel::cma::create());
+  context_->registerChannel(20, "xth", channel::xth::create());
+  listener_ = context_->listen({"shm://", "tcp://" + info.address + ":0"});
+  std::string url;
+  try {
+    url = listener_->url("tcp");
+  } catch (const std::exception&) {
+  }
+  if (url.empty()) {
+    return ACTORPIPE_ERROR(RendezvousError, "rank " + std::to_string(info.rank) +
+                                                " could not listen on " + info.address);
+  }
+  std::vector<Member> table;
+  Error error = rendezvous(*context_, info, url, options.rendezvousTimeout, table);
+  rendezvousFileOwned_ = info.rank == 0;
+  if (error) return error;
+  std::vector<std::string> hosts;
+  for (const auto& member : table) hosts.push_back(member.host);
+  try {
+    tree = buildTree(hosts, options.radix);
+  } catch (const std::invalid_argument& e) {
+    return ACTORPIPE_ERROR(LogicError, e.what());
+  }
+  return connectLinks(table);
+}
+
+// Children connect to their parent (the URL names TCP; same-host pairs then
+// move to shm) and introduce themselves; the parent waits for all of them.
+Error TreeCore::connectLinks(const std::vector<Member>& table) {
+  Lock lock(mutex_);
+  if (me().parent >= 0) {
+    auto link = std::make_unique<Link>();
+    link->peer = me().parent;
+    link->toParent = true;
+    link->pipe = context_->connect(table[me().parent].url);
+    Message hello;
+    hello.metadata = "link " + std::to_string(info.rank);
+    link->pipe->write(std::move(hello), [](const Error&) {});
+    links_.push_back(std::move(link));
+  }
+  for (size_t i = 0; i < me().children.size(); ++i) {
+    auto link = std::make_unique<Link>();
+    link->peer = me().children[i];
+    link->childIndex = static_cast<int>(i);
+    links_.push_back(std::move(link));
+  }
+  lock.unlock();
+
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  auto acceptNext = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> again = acceptNext;
+  // Shared: the last accept() is still pending when this function returns.
+  auto acceptError = std::make_shared<Error>();
+  *acceptNext = [this, weak, again, acceptError]() {
+    listener_->accept([this, weak, again, acceptError](const Error& error,
+                                                       std::shared_ptr<Pipe> pipe) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (error) {
+        Lock lock(mutex_);
+        if (!*acceptError) *acceptError = error;
+        changed_.notify_all();
+        return;
+      }
+      pipe->readDescriptor([this, weak, pipe](const Error& error, Descriptor descriptor) {
+        auto self = weak.lock();
+        if (!self || error) return;
+        pipe->read(Allocation{}, [](const Error&) {});
+        std::istringstream in(descriptor.metadata);
+        std::string word;
+        int rank = -1;
+        if (!(in >> word >> rank) || word != "link") return;
+        Lock lock(mutex_);
+        Link* link = linkTo(rank);
+        if (link && !link->toParent && !link->pipe) {
+          link->pipe = pipe;
+          changed_.notify_all();
+        }
+      });
+      if (auto next = again.lock()) (*next)();
+    });
+  };
+  (*acceptNext)();
+
+  lock.lock();
+  auto linked = [&] {
+    for (const auto& link : links_) {
+      if (!link->pipe) return false;
+    }
+    return true;
+  };
+  changed_.wait_until(lock, Clock::now() + options.rendezvousTimeout,
+                      [&] { return linked() || static_cast<bool>(*acceptError); });
+  if (!linked()) {
+    std::string missing;
+    for (const auto& link : links_) {
+      if (!link->pipe) missing += (missing.empty() ? "" : ", ") + std::to_string(link->peer);
+    }
+    Error error = *acceptError ? *acceptError
+                              : ACTORPIPE_ERROR(RendezvousError,
+                                                "rank(s) " + missing + " never linked to rank " +
+                                                    std::to_string(info.rank));
+    acceptNext.reset();
+    return error;
+  }
+  acceptNext.reset();
+  listener_->close();
+  for (auto& link : links_) readNext(*link);
+  return Error::kSuccess;
+}
+
+Link* TreeCore::linkTo(int rank) {
+  for (auto& link : links_) {
+    if (link->peer == rank) return link.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> TreeCore::describeLinks() const {
+  Lock lock(mutex_);
+  std::vector<std::string> lines;
+  for (const auto& link : links_) {
+    std::string line = (link->toParent ? "parent " : "child ") + std::to_string(link->peer) + ": ";
+    if (link->pipe) {
+      PipeInfo pipeInfo = link->pipe->info();
+      auto channel = pipeInfo.channels.find("cpu");
+      line += pipeInfo.transport + "/" +
+              (channel != pipeInfo.channels.end() ? channel->second : std::string("?"));
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+void TreeCore::close() {
+  Lock lock(mutex_);
+  if (closing_) return;
+  std::weak_ptr<TreeCore> weak = weak_from_this();  // empty when called by the destructor
+  if (!broken_ && context_ && !weak.expired()) {
+    // A neighbour that sees our connection end must know we left on purpose
+    // (after our last collective), not that we died in one.
+    auto remaining = std::make_shared<int>(0);
+    for (auto& link : links_) {
+      if (!link->pipe || link->departed) continue;
+      ++*remaining;
+      Message bye;
+      bye.metadata = "bye";
+      link->pipe->write(std::move(bye), [weak, remaining](const Error&) {
+        auto self = weak.lock();
+        if (!self) return;
+        Lock lock(self->mutex_);
+        --*remaining;
+        self->changed_.notify_all();
+      });
+    }
+    changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return *remaining == 0; });
+  }
+  closing_ = true;
+  if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
+  if (operation_ && !operation_->finished && !operation_->error) {
+    operation_->error = broken_;
+  }
+  operationFinished_ = true;
+  changed_.notify_all();
+  lock.unlock();
+  if (context_) context_->close();
+}
+
+// --- reading: one descriptor outstanding per link, always ------------------
+
+void TreeCore::readNext(Link& link) {
+  if (closing_ || link.departed || link.readingDescriptor || link.holdsDescriptor || link.readingData) return;
+  link.readingDescriptor = true;
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  Link* target = &link;
+  link.pipe->readDescriptor([weak, target](const Error& error, Descriptor descriptor) {
+    auto self = weak.lock();
+    if (!self) return;
+    Lock lock(self->mutex_);
+    self->onDescriptor(*target, error, std::move(descriptor));
+  });
+}
+
+void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descriptor) {
+  link.readingDescriptor = false;
+  if (closing_) return;
+  if (error) {
+    failLink(link, error);
+    return;
+  }
+  if (descriptor.metadata.rfind("abort ", 0) == 0) {
+    std::istringstream in(descriptor.metadata.substr(6));
+    int rank = -1;
+    in >> rank;
+    std::string reason;
+    std::getline(in, reason);
+    if (!reason.empty() && reason[0] == ' ') reason.erase(0, 1);
+    fail(rank >= 0 ? ACTORPIPE_ERROR(RankFailedError, rank, reason)
+                   : ACTORPIPE_ERROR(TimeoutError, reason));
+    return;
+  }
+  if (descriptor.metadata == "bye") {
+    link.departed = true;  // and read no further: its end of the pipe is closing
+    if (operation_ && !operation_->finished && link.consumed < expectedFrom(link)) {
+      fail(ACTORPIPE_ERROR(RankFailedError, link.peer, "it left the group during a collective"));
+    }
+    return;
+  }
+  link.holdsDescriptor = true;
+  link.descriptor = std::move(descriptor);
+  pump(link);
+}
+
+size_t TreeCore::expectedFrom(const Link& link) const {
+  const Operation& op = *operation_;
+  switch (op.kind) {
+    case Operation::Kind::kAllReduce: return op.chunks.size();
+    case Operation::Kind::kBroadcast: return link.toParent ? op.chunks.size() : 0;
+    case Operation::Kind::kScatter: return link.toParent ? 1 : 0;
+  }
+  return 0;
+}
+
+void TreeCore::pump(Link& link) {
+  if (!operation_ || operation_->finished || operation_->error || !link.holdsDescriptor ||
+      link.readingData) {
+    return;
+  }
+  if (link.consumed >= expectedFrom(link)) return;  // it belongs to the next collective
+  consume(link);
+}
+
+void TreeCore::consume(Link& link) {
+  Operation& op = *operation_;
+  const Descriptor& d = link.descriptor;
+  uint64_t sequence = 0;
+  size_t chunk = 0;
+  int contributors = 0;
+  const std::string from = "rank " + std::to_string(link.peer);
+  if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
+      chunk != link.consumed) {
+    fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
+                                         " #" + std::to_string(op.sequence) +
+                                         ": ranks called different collectives"));
+    return;
+  }
+
+  Allocation allocation;
+  std::vector<size_t> lengths;
+  auto grow = [](Link& l, size_t bytes) {
+    if (l.scratchBytes < bytes) {
+      l.scratch.reset(new uint8_t[bytes]);
+      l.scratchBytes = bytes;
+    }
+  };
+  if (op.kind == Operation::Kind::kScatter) {
+    const size_t share = op.tensors[0].bytes();
+    grow(link, share * op.subtree.size());
+    for (size_t i = 0; i < op.subtree.size(); ++i) {
+      void* target = i == 0 ? op.tensors[0].data : link.scratch.get() + (i - 1) * share;
+      allocation.tensors.push_back({CpuBuffer{target}});
+      lengths.push_back(share);
+    }
+  } else if (link.toParent) {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      allocation.tensors.push_back({CpuBuffer{bytesOf(op.tensors[segment.tensor]) + segment.offset}});
+      lengths.push_back(segment.length);
+    }
+  } else if (contributors > 0) {
+    grow(link, op.totalBytes);
+    for (const auto& segment : op.chunks[chunk].segments) {
+      allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
+      lengths.push_back(segment.length);
+    }
+  }
+  bool fits = d.tensors.size() == lengths.size() && d.payloads.empty();
+  for (size_t i = 0; fits && i < lengths.size(); ++i) fits = d.tensors[i].length == lengths[i];
+  if (!fits) {
+    fail(ACTORPIPE_ERROR(LogicError, from + " called " + op.name + " #" +
+                                         std::to_string(op.sequence) +
+                                         " with tensors of other sizes than rank " +
+                                         std::to_string(info.rank)));
+    return;
+  }
+
+  link.holdsDescriptor = false;
+  link.readingData = true;
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  Link* target = &link;
+  link.pipe->read(std::move(allocation), [weak, target, chunk, contributors](const Error& error) {
+    auto self = weak.lock();
+    if (!self) return;
+    Lock lock(self->mutex_);
+    target->readingData = false;
+    self->changed_.notify_all();
+    if (self->closing_) return;
+    if (error) {
+      self->failLink(*target, error);
+      return;
+    }
+    ++target->consumed;
+    self->readNext(*target);
+    self->onData(*target, chunk, contributors);
+  });
+}
+
+// --- the collectives' steps -------------------------------------------------
+
+void TreeCore::onData(Link& link, size_t chunk, int contributors) {
+  if (!operation_ || operation_->error) return;
+  Operation& op = *operation_;
+  switch (op.kind) {
+    case Operation::Kind::kAllReduce:
+      if (!link.toParent) {
+        ++op.childrenDelivered[chunk];
+        op.childContributors[link.childIndex][chunk] = contributors;
+        const int children = static_cast<int>(me().children.size());
+        while (!op.error && op.chunksClimbed < op.chunks.size() &&
+               op.childrenDelivered[op.chunksClimbed] == children) {
+          climb(op.chunksClimbed++);
+        }
+      } else {
+        op.contributors = contributors;
+        descend(chunk);
+        ++op.chunksFinal;
+      }
+      break;
+    case Operation::Kind::kBroadcast:
+      descend(chunk);
+      ++op.chunksFinal;
+      break;
+    case Operation::Kind::kScatter: {
+      const size_t share = op.tensors[0].bytes();
+      for (auto& child : links_) {
+        if (child->toParent) continue;
+        Message message;
+        message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
+        for (int rank : subtreeOf(tree, child->peer)) {
+          size_t index = 0;
+          while (op.subtree[index] != rank) ++index;
+          message.tensors.push_back(outgoing(link.scratch.get() + (index - 1) * share, share));
+        }
+        write(*child, std::move(message));
+      }
+      ++op.chunksFinal;
+      break;
+    }
+  }
+  checkFinished();
+}
+
+// This rank's data for `chunk`, combined with its children's in child order,
+// goes up (or, at the root, becomes the result and goes down).
+void TreeCore::climb(size_t chunk) {
+  Operation& op = *operation_;
+  int contributors = op.contributes ? 1 : 0;
+  try {
+    for (const auto& link : links_) {
+      if (link->toParent) continue;
+      const int theirs = op.childContributors[link->childIndex][chunk];
+      if (theirs == 0) continue;
+      for (const auto& segment : op.chunks[chunk].segments) {
+        const Tensor& tensor = op.tensors[segment.tensor];
+        uint8_t* mine = bytesOf(tensor) + segment.offset;
+        uint8_t* incoming = link->scratch.get() + segment.packed;
+        if (contributors == 0) {
+          std::memcpy(mine, incoming, segment.length);
+        } else {
+          op.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
+        }
+      }
+      contributors += theirs;
+    }
+    if (me().parent < 0) {
+      for (const auto& segment : op.chunks[chunk].segments) {
+        const Tensor& tensor = op.tensors[segment.tensor];
+        Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+        if (contributors == 0) {
+          op.reduction->fillIdentity(result);
+        } else {
+          op.reduction->finish(result, contributors);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+    return;
+  }
+  if (me().parent < 0) {
+    op.contributors = contributors;
+    descend(chunk);
+    ++op.chunksFinal;
+  } else {
+    write(*links_.front(), chunkMessage(chunk, contributors, contributors > 0));
+  }
+}
+
+void TreeCore::descend(size_t chunk) {
+  for (auto& link : links_) {
+    if (!link->toParent) write(*link, chunkMessage(chunk, operation_->contributors, true));
+  }
+}
+
+Message TreeCore::chunkMessage(size_t chunk, int contributors, bool withTensors) {
+  const Operation& op = *operation_;
+  Message message;
+  message.metadata = "D " + std::to_string(op.sequence) + " " + std::to_string(chunk) + " " +
+                     std::to_string(contributors);
+  if (withTensors) {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      message.tensors.push_back(
+          outgoing(bytesOf(op.tensors[segment.tensor]) + segment.offset, segment.length));
+    }
+  }
+  return message;
+}
+
+void TreeCore::write(Link& link, Message message) {
+  std::shared_ptr<Operation> op = operation_;
+  ++op->pendingWrites;
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  Link* target = &link;
+  link.pipe->write(std::move(message), [weak, target, op](const Error& error) {
+    auto self = weak.lock();
+    if (!self) return;
+    Lock lock(self->mutex_);
+    --op->pendingWrites;
+    self->changed_.notify_all();
+    if (self->closing_) return;
+    if (error) {
+      self->failLink(*target, error);
+      return;
+    }
+    if (op == self->operation_) self->checkFinished();
+  });
+}
+
+void TreeCore::begin() {
+  Operation& op = *operation_;
+  const size_t chunks = op.chunks.size();
+  switch (op.kind) {
+    case Operation::Kind::kAllReduce:
+      op.childrenDelivered.assign(chunks, 0);
+      op.childContributors.assign(me().children.size(), std::vector<int>(chunks, 0));
+      if (me().children.empty()) {
+        while (!op.error && op.chunksClimbed < chunks) climb(op.chunksClimbed++);
+      }
+      break;
+    case Operation::Kind::kBroadcast:
+      if (me().parent < 0) {
+        for (size_t c = 0; c < chunks; ++c) descend(c);
+        op.chunksFinal = chunks;
+      }
+      break;
+    case Operation::Kind::kScatter:
+      beginScatter();
+      break;
+  }
+  for (auto& link : links_) pump(*link);
+  checkFinished();
+}
+
+void TreeCore::beginScatter() {
+  Operation& op = *operation_;
+  op.subtree = subtreeOf(tree, info.rank);
+  if (me().parent >= 0) return;  // waits for its share from the parent
+  const Tensor& mine = op.tensors[0];
+  if (op.perRank.size() != static_cast<size_t>(info.worldSize)) {
+    fail(ACTORPIPE_ERROR(LogicError, "scatter at rank 0 needs one tensor per rank (" +
+                                         std::to_string(info.worldSize) + "), got " +
+                                         std::to_string(op.perRank.size())));
+    return;
+  }
+  for (const auto& tensor : op.perRank) {
+    if (tensor.bytes() != mine.bytes()) {
+      fail(ACTORPIPE_ERROR(LogicError, "scatter's tensors must all be shaped like the receiving one"));
+      return;
+    }
+  }
+  if (op.perRank[0].data != mine.data) std::memcpy(mine.data, op.perRank[0].data, mine.bytes());
+  for (auto& link : links_) {
+    Message message;
+    message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
+    for (int rank : subtreeOf(tree, link->peer)) {
+      message.tensors.push_back(outgoing(op.perRank[rank].data, mine.bytes()));
+    }
+    write(*link, std::move(message));
+  }
+  op.chunksFinal = 1;
+}
+
+void TreeCore::checkFinished() {
+  if (!operation_) return;
+  Operation& op = *operation_;
+  if (op.finished || op.error) return;
+  const size_t needed = op.kind == Operation::Kind::kScatter ? 1 : op.chunks.size();
+  if (op.chunksFinal == needed && op.pendingWrites == 0) {
+    op.finished = true;
+    operationFinished_ = true;
+    changed_.notify_all();
+  }
+}
+
+// --- failures ---------------------------------------------------------------
+
+void TreeCore::failLink(Link& link, const Error& error) {
+  fail(ACTORPIPE_ERROR(RankFailedError, link.peer,
+                       "its link to rank " + std::to_string(info.rank) + " broke (" +
+                           error.what() + ")"));
+}
+
+void TreeCore::fail(Error error) {
+  if (broken_) return;
+  broken_ = error;
+  sendAbort(error);
+  if (operation_ && !operation_->finished && !operation_->error) operation_->error = error;
+  operationFinished_ = true;
+  changed_.notify_all();
+}
+
+// Tells every neighbour, so the news crosses the whole tree: each rank that
+// hears it fails and passes it on, naming the same rank.
+void TreeCore::sendAbort(const Error& error) {
+  int rank = -1;
+  std::string reason = error.what();
+  if (auto failed = error.castToType<RankFailedError>()) {
+    rank = failed->rank();
+    reason = failed->reason();
+  }
+  for (auto& link : links_) {
+    if (!link->pipe) continue;
+    Message message;
+    message.metadata = "abort " + std::to_string(rank) + " " + reason;
+    link->pipe->write(std::move(message), [](const Error&) {});
+  }
+}
+
+bool TreeCore::readsInFlight() const {
+  for (const auto& link : links_) {
+    if (link->readingData) return true;
+  }
+  return false;
+}
+
+Error TreeCore::run(std::shared_ptr<Operation> operation) {
+  std::lock_guard<std::mutex> oneAtATime(callers_);
+  for (const auto& tensor : operation->tensors) {
+    if (tensor.device.type != kCpuDeviceType) {
+      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " on " +
+                                             tensor.device.type +
+                                             " tensors needs a build with that device's backend");
+    }
+    if (tensor.data == nullptr && tensor.count > 0) {
+      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " got a null tensor");
+    }
+  }
+  Lock lock(mutex_);
+  for (auto& link : links_) {
+    if (link->departed && !broken_) {
+      fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
+    }
+  }
+  if (broken_) return broken_;
+  operation->sequence = ++sequence_;
+  operationFinished_ = false;
+  for (auto& link : links_) link->consumed = 0;
+  operation_ = operation;
+  begin();
+  lock.unlock();
+
+  const auto spinUntil = Clock::now() + kSpinWindow;
+  while (!operationFinished_.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
+    std::this_thread::yield();
+  }
+
+  lock.lock();
+  const auto deadline = Clock::now() + options.operationTimeout;
+  Operation& op = *operation;
+  while (!op.finished && !op.error) {
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !op.finished &&
+        !op.error) {
+      std::string waitingFor;
+      for (const auto& link : links_) {
+        if (link->consumed < expectedFrom(*link)) {
+          waitingFor += (waitingFor.empty() ? "" : ", ") + std::to_string(link->peer);
+        }
+      }
+      fail(ACTORPIPE_ERROR(TimeoutError,
+                           std::string(op.name) + " #" + std::to_string(op.sequence) +
+                               " at rank " + std::to_string(info.rank) + " waited " +
+                               std::to_string(options.operationTimeout.count()) +
+                               " ms for rank(s) " + (waitingFor.empty() ? "?" : waitingFor)));
+    }
+  }
+  if (op.error) {
+    // Reads and writes may still point into the caller's tensors: let them end.
+    auto quiet = [&] { return op.pendingWrites == 0 && !readsInFlight(); };
+    if (!changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet)) {
+      lock.unlock();
+      context_->close();
+      lock.lock();
+      changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet);
+    }
+  }
+  operation_.reset();
+  return op.error;
+}
+
+} // namespace actorpipe::group

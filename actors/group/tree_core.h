@@ -1,0 +1,129 @@
+#pragma once
+// The state behind a Tree: its Context, one link per tree neighbour, and the
+// collective in progress, driven by pipe callbacks.
+//
+// Threads: pipe callbacks run on the loop threads of the links' transports
+// (shm and tcp have one each), the caller waits on its own thread. One
+// recursive mutex guards everything; pipe calls are made while holding it
+// (they only post to the pipe's actor), and recursive because a pipe that
+// is already closed calls back at once, on the calling thread.
+//
+// Each link keeps one readDescriptor outstanding at all times, so a
+// neighbour's death or abort notice is seen even between collectives. A
+// descriptor that belongs to the next collective (a fast neighbour) waits on
+// its link, its data still on the wire, until that collective starts.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <actorpipe/actors/group/chunks.h>
+#include <actorpipe/actors/group/rendezvous.h>
+#include <actorpipe/actors/group/tree.h>
+#include <actorpipe/runtime/context.h>
+#include <actorpipe/runtime/listener.h>
+#include <actorpipe/runtime/message.h>
+#include <actorpipe/runtime/pipe.h>
+
+namespace actorpipe::group {
+
+struct Link {
+  int peer{-1};
+  bool toParent{false};
+  int childIndex{-1};  // position in TreeNode::children
+  std::shared_ptr<Pipe> pipe;
+  bool readingDescriptor{false};
+  bool holdsDescriptor{false};
+  Descriptor descriptor;
+  bool readingData{false};
+  bool departed{false};  // the peer said goodbye (closed its Tree after its last collective)
+  size_t consumed{0};  // messages of the current collective read from this link
+  // A child's contributions land here (allReduce) or a subtree's share (scatter).
+  std::unique_ptr<uint8_t[]> scratch;
+  size_t scratchBytes{0};
+};
+
+struct Operation {
+  enum class Kind { kAllReduce, kBroadcast, kScatter };
+  Kind kind{Kind::kAllReduce};
+  uint64_t sequence{0};
+  const char* name{"allReduce"};
+  std::vector<Tensor> tensors;
+  const Reduction* reduction{nullptr};
+  bool contributes{true};
+  std::vector<Chunk> chunks;
+  size_t totalBytes{0};
+
+  // Climbing: per chunk, how many children delivered it, and each child's
+  // contributor count for it.
+  std::vector<int> childrenDelivered;
+  std::vector<std::vector<int>> childContributors;
+  size_t chunksClimbed{0};
+  // Descending.
+  size_t chunksFromParent{0};
+  size_t chunksFinal{0};
+  int contributors{0};
+
+  // Scatter: the root's per-rank tensors, and this rank's subtree share.
+  std::vector<Tensor> perRank;
+  std::vector<int> subtree;
+
+  int pendingWrites{0};
+  bool finished{false};
+  Error error;
+};
+
+class TreeCore : public std::enable_shared_from_this<TreeCore> {
+ public:
+  TreeCore(RankInfo info, TreeOptions options);
+  ~TreeCore();
+
+  Error start();
+  Error run(std::shared_ptr<Operation> operation);
+  void close();
+  std::vector<std::string> describeLinks() const;
+
+  RankInfo info;
+  TreeOptions options;
+  std::vector<TreeNode> tree;
+
+ private:
+  const TreeNode& me() const { return tree[info.rank]; }
+  Error connectLinks(const std::vector<Member>& table);
+  void readNext(Link& link);
+  void onDescriptor(Link& link, const Error& error, Descriptor descriptor);
+  void pump(Link& link);
+  size_t expectedFrom(const Link& link) const;
+  void consume(Link& link);
+  void onData(Link& link, size_t chunk, int contributors);
+  void begin();
+  void climb(size_t chunk);
+  void descend(size_t chunk);
+  void beginScatter();
+  void write(Link& link, Message message);
+  void checkFinished();
+  void fail(Error error);
+  void failLink(Link& link, const Error& error);
+  Link* linkTo(int rank);
+  Message chunkMessage(size_t chunk, int contributors, bool withTensors);
+  bool readsInFlight() const;
+  void sendAbort(const Error& error);
+
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), then children in order
+  mutable std::recursive_mutex mutex_;
+  std::condition_variable_any changed_;
+  std::mutex callers_;  // one collective at a time
+  std::shared_ptr<Operation> operation_;
+  std::atomic<bool> operationFinished_{false};
+  uint64_t sequence_{0};
+  Error broken_;
+  bool closing_{false};
+  bool rendezvousFileOwned_{false};
+};
+
+} // namespace actorpipe::group
