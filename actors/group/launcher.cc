@@ -18,10 +18,15 @@
 //   --fake-slurm-nodes K    give ranks Slurm's variables instead of ours, as if
 //                           spread block-wise over K nodes (for tests of
 //                           Slurm support without Slurm)
+//   --bind-to core|none     core (default, like mpirun for small jobs): rank r
+//                           runs on the r-th CPU we may use (round robin), so
+//                           a rank's threads wake each other on one CPU
+//                           (cheap) instead of across CPUs (~40 us here)
 //   --no-prefix             do not prefix output lines
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -46,6 +51,7 @@ struct Options {
   int timeoutSeconds{0};
   int fakeSlurmNodes{0};
   bool prefix{true};
+  bool bindToCore{true};
   std::vector<std::string> command;
 };
 
@@ -69,7 +75,8 @@ void usage(const char* why) {
   std::fprintf(stderr,
                "actorpipe-run: %s\n"
                "usage: actorpipe-run -n N [--keep-going] [--grace S] [--timeout S]\n"
-               "                     [--fake-slurm-nodes K] [--no-prefix] [--] program args...\n",
+               "                     [--fake-slurm-nodes K] [--bind-to core|none] [--no-prefix]\n"
+               "                     [--] program args...\n",
                why);
   std::exit(2);
 }
@@ -105,6 +112,10 @@ Options parse(int argc, char** argv) {
       o.timeoutSeconds = number(value(), "--timeout");
     } else if (arg == "--fake-slurm-nodes") {
       o.fakeSlurmNodes = number(value(), "--fake-slurm-nodes");
+    } else if (arg == "--bind-to") {
+      const std::string how = value();
+      if (how != "core" && how != "none") usage("--bind-to takes core or none");
+      o.bindToCore = how == "core";
     } else if (arg == "--no-prefix") {
       o.prefix = false;
     } else if (!arg.empty() && arg[0] == '-') {
@@ -235,6 +246,15 @@ int main(int argc, char** argv) {
   ::sigaction(SIGHUP, &action, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  std::vector<int> cpus;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+    }
+  }
+
   std::vector<Rank> ranks(o.ranks);
   std::fflush(stdout);
   std::fflush(stderr);
@@ -255,6 +275,12 @@ int main(int argc, char** argv) {
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       setRankEnvironment(o, r, dir, jobId);
+      if (o.bindToCore && !cpus.empty()) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[r % cpus.size()], &one);
+        ::sched_setaffinity(0, sizeof(one), &one);
+      }
       std::vector<char*> args;
       for (auto& word : o.command) args.push_back(const_cast<char*>(word.c_str()));
       args.push_back(nullptr);

@@ -1,5 +1,6 @@
 #include <actorpipe/actors/group/tree_core.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -22,10 +23,18 @@ using Lock = std::unique_lock<std::recursive_mutex>;
 // still point into the caller's tensors, before it closes every pipe to end
 // them (a failed group is not used again).
 constexpr auto kQuiesceGrace = std::chrono::seconds(2);
-// How long a caller spins (yielding) before it sleeps: a small collective
-// is done in tens of microseconds, and waking a sleeping thread costs ~40 µs
-// here (../shared/NOTES.md).
-constexpr auto kSpinWindow = std::chrono::microseconds(300);
+// How long a caller spins (yielding) before it sleeps. Zero by default:
+// ranks bound to one CPU each (actorpipe-run's default) wake on their own
+// CPU cheaply, and a spinning caller there only delays the loop thread that
+// is doing the work. Unbound ranks on idle CPUs may gain from a few hundred
+// microseconds (waking across CPUs costs ~40 µs here, ../shared/NOTES.md).
+std::chrono::microseconds spinWindow() {
+  static const std::chrono::microseconds window = [] {
+    const char* text = std::getenv("ACTORPIPE_GROUP_SPIN_US");
+    return std::chrono::microseconds(text ? std::atol(text) : 0);
+  }();
+  return window;
+}
 
 Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
   const size_t element = dtypeSize(tensor.dtype);
@@ -633,7 +642,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   begin();
   lock.unlock();
 
-  const auto spinUntil = Clock::now() + kSpinWindow;
+  const auto spinUntil = Clock::now() + spinWindow();
   while (!operationFinished_.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
     std::this_thread::yield();
   }
