@@ -51,8 +51,17 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op) {
 
 Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
                       Contribution contribution, int* contributors) {
-  auto operation = allReduceOf(tensors, op, contribution == Contribution::kData,
-                               core_->options.chunkBytes);
+  size_t total = 0;
+  for (const auto& tensor : tensors) total += tensor.bytes();
+  std::shared_ptr<Operation> operation;
+  if (core_->useRing(total)) {
+    operation = allReduceOf(tensors, op, contribution == Contribution::kData,
+                            core_->ringChunkBytes(total));
+    operation->ring = true;
+  } else {
+    operation = allReduceOf(tensors, op, contribution == Contribution::kData,
+                            core_->options.chunkBytes);
+  }
   Error error = core_->run(operation);
   if (!error && contributors) *contributors = operation->contributors;
   return error;

@@ -14,7 +14,9 @@
 // the tree, each node combining its own data and then its children's in a
 // fixed order; rank 0 finishes the reduction and the result travels back
 // down as bytes. Large calls are cut into chunks, so chunk k climbs while
-// chunk k-1 is being reduced and chunk k-2 descends.
+// chunk k-1 is being reduced and chunk k-2 descends. Large calls among ranks
+// of one host go round a ring instead (TreeOptions::ringThreshold), where
+// each value is likewise computed by exactly one rank, in a fixed order.
 //
 // Failures: when a rank dies (or closes, or a link breaks), its neighbours
 // see their pipe fail and tell every other rank through the tree, so every
@@ -44,6 +46,11 @@ struct TreeOptions {
   std::chrono::milliseconds operationTimeout{std::chrono::seconds(300)};
   // Bytes per pipelined chunk; 0 lets the size of each call decide.
   size_t chunkBytes{0};
+  // When every rank is on one host, allReduce calls of at least this many
+  // bytes go round a ring (reduce-scatter, then all-gather) instead of up and
+  // down the tree: every rank then reduces a share at once, where the tree's
+  // root reduces it all. Small calls stay on the tree (fewer hops).
+  size_t ringThreshold{size_t{512} << 10};
 };
 
 // Whether this rank has data for an allReduce (torch-ipc's uneven steps: a

@@ -1,5 +1,8 @@
 #include <actorpipe/actors/group/tree_core.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -36,6 +39,24 @@ std::chrono::microseconds spinWindow() {
   return window;
 }
 
+// Event loops poll for a while after activity so a busy link never pays a
+// wake-up. But when this host runs more ranks than it has CPUs, a polling
+// rank burns the CPU another rank on it needs to make progress: there, loops
+// sleep at once. ACTORPIPE_POLL_US overrides.
+std::chrono::microseconds pollWindowFor(const RankInfo& info) {
+  if (const char* text = std::getenv("ACTORPIPE_POLL_US")) {
+    return std::chrono::microseconds(std::atol(text));
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  int cpus = 1;
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = CPU_COUNT(&allowed);
+  // Bound to one CPU (actorpipe-run's default): count the machine's instead.
+  if (cpus == 1) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const bool oversubscribed = info.localSize > std::max(cpus, 1);
+  return std::chrono::microseconds(oversubscribed ? 0 : 200);
+}
+
 Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
   const size_t element = dtypeSize(tensor.dtype);
   return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
@@ -58,6 +79,11 @@ bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk, int& 
 
 } // namespace
 
+TreeCore::CallbackScope::~CallbackScope() {
+  lock.unlock();
+  if (core.handOver_.exchange(false)) std::this_thread::yield();
+}
+
 TreeCore::TreeCore(RankInfo info_, TreeOptions options_)
     : info(std::move(info_)), options(options_) {}
 
@@ -68,7 +94,9 @@ TreeCore::~TreeCore() {
 }
 
 Error TreeCore::start() {
-  context_ = std::make_shared<Context>(ContextOptions().name("rank " + std::to_string(info.rank)));
+  context_ = std::make_shared<Context>(ContextOptions()
+                                          .name("rank " + std::to_string(info.rank))
+                                          .pollWindow(pollWindowFor(info)));
   context_->registerTransport(0, "tcp", transport::uv::create());
   context_->registerTransport(10, "shm", transport::shm::create());
   context_->registerChannel(0, "basic", channel::basic::create());
@@ -118,6 +146,38 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
     link->childIndex = static_cast<int>(i);
     links_.push_back(std::move(link));
   }
+  // The ring (rank r sends to r + 1) exists when every rank is on one host.
+  // A ring neighbour that is also a tree neighbour shares its pipe: both
+  // ends know the tree, so both pick the same pipe.
+  bool oneHost = true;
+  for (const auto& member : table) oneHost = oneHost && member.host == table[0].host;
+  const int n = info.worldSize;
+  if (oneHost && n >= 2 && ringAllowed()) {
+    const int next = (info.rank + 1) % n;
+    const int prev = (info.rank + n - 1) % n;
+    Link* toNext = linkTo(next);
+    if (!toNext) {
+      auto link = std::make_unique<Link>();
+      link->peer = next;
+      link->pipe = context_->connect(table[next].url);
+      Message hello;
+      hello.metadata = "ring " + std::to_string(info.rank);
+      link->pipe->write(std::move(hello), [](const Error&) {});
+      toNext = link.get();
+      links_.push_back(std::move(link));
+    }
+    Link* fromPrev = linkTo(prev);
+    if (!fromPrev) {
+      auto link = std::make_unique<Link>();
+      link->peer = prev;
+      fromPrev = link.get();
+      links_.push_back(std::move(link));
+    }
+    toNext->ringNext = true;
+    fromPrev->ringPrev = true;
+    ringNext_ = toNext;
+    ringPrev_ = fromPrev;
+  }
   lock.unlock();
 
   std::weak_ptr<TreeCore> weak = shared_from_this();
@@ -143,10 +203,12 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
         std::istringstream in(descriptor.metadata);
         std::string word;
         int rank = -1;
-        if (!(in >> word >> rank) || word != "link") return;
+        if (!(in >> word >> rank) || (word != "link" && word != "ring")) return;
         Lock lock(mutex_);
         Link* link = linkTo(rank);
-        if (link && !link->toParent && !link->pipe) {
+        const bool expected = word == "link" ? link && link->childIndex >= 0
+                                             : link && link->ringPrev && !link->toParent;
+        if (expected && !link->pipe) {
           link->pipe = pipe;
           changed_.notify_all();
         }
@@ -194,7 +256,8 @@ std::vector<std::string> TreeCore::describeLinks() const {
   Lock lock(mutex_);
   std::vector<std::string> lines;
   for (const auto& link : links_) {
-    std::string line = (link->toParent ? "parent " : "child ") + std::to_string(link->peer) + ": ";
+    std::string line = (link->toParent ? "parent " : link->childIndex >= 0 ? "child " : "ring ") +
+                       std::to_string(link->peer) + ": ";
     if (link->pipe) {
       PipeInfo pipeInfo = link->pipe->info();
       auto channel = pipeInfo.channels.find("cpu");
@@ -250,7 +313,7 @@ void TreeCore::readNext(Link& link) {
   link.pipe->readDescriptor([weak, target](const Error& error, Descriptor descriptor) {
     auto self = weak.lock();
     if (!self) return;
-    Lock lock(self->mutex_);
+    CallbackScope scope(*self);
     self->onDescriptor(*target, error, std::move(descriptor));
   });
 }
@@ -287,6 +350,9 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
 
 size_t TreeCore::expectedFrom(const Link& link) const {
   const Operation& op = *operation_;
+  if (op.ring) return link.ringPrev ? op.ringExpected : 0;
+  const bool treeLink = link.toParent || link.childIndex >= 0;
+  if (!treeLink) return 0;
   switch (op.kind) {
     case Operation::Kind::kAllReduce: return op.chunks.size();
     case Operation::Kind::kBroadcast: return link.toParent ? op.chunks.size() : 0;
@@ -311,8 +377,12 @@ void TreeCore::consume(Link& link) {
   size_t chunk = 0;
   int contributors = 0;
   const std::string from = "rank " + std::to_string(link.peer);
+  // Tree messages come in chunk order; ring messages are numbered
+  // step * chunks + chunk and may overtake each other across steps.
+  const size_t chunks = op.chunks.size();
+  const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
   if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
-      chunk != link.consumed) {
+      (op.ring ? chunk >= ringSteps * chunks : chunk != link.consumed)) {
     fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
                                          " #" + std::to_string(op.sequence) +
                                          ": ranks called different collectives"));
@@ -327,7 +397,20 @@ void TreeCore::consume(Link& link) {
       l.scratchBytes = bytes;
     }
   };
-  if (op.kind == Operation::Kind::kScatter) {
+  if (op.ring) {
+    const size_t step = chunk / chunks;
+    const size_t c = chunk % chunks;
+    const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
+    if (gathering || contributors > 0) {
+      if (!gathering) grow(link, op.totalBytes);
+      for (const auto& segment : op.chunks[c].segments) {
+        uint8_t* base = gathering ? bytesOf(op.tensors[segment.tensor]) + segment.offset
+                                  : link.scratch.get() + segment.packed;
+        allocation.tensors.push_back({CpuBuffer{base}});
+        lengths.push_back(segment.length);
+      }
+    }
+  } else if (op.kind == Operation::Kind::kScatter) {
     const size_t share = op.tensors[0].bytes();
     grow(link, share * op.subtree.size());
     for (size_t i = 0; i < op.subtree.size(); ++i) {
@@ -364,9 +447,10 @@ void TreeCore::consume(Link& link) {
   link.pipe->read(std::move(allocation), [weak, target, chunk, contributors](const Error& error) {
     auto self = weak.lock();
     if (!self) return;
-    Lock lock(self->mutex_);
+    CallbackScope scope(*self);
     target->readingData = false;
-    self->changed_.notify_all();
+    // Only a failed collective waits for reads to end (see run()).
+    if (!self->operation_ || self->operation_->error) self->changed_.notify_all();
     if (self->closing_) return;
     if (error) {
       self->failLink(*target, error);
@@ -383,6 +467,11 @@ void TreeCore::consume(Link& link) {
 void TreeCore::onData(Link& link, size_t chunk, int contributors) {
   if (!operation_ || operation_->error) return;
   Operation& op = *operation_;
+  if (op.ring) {
+    onRingData(chunk, contributors);
+    checkFinished();
+    return;
+  }
   switch (op.kind) {
     case Operation::Kind::kAllReduce:
       if (!link.toParent) {
@@ -406,7 +495,7 @@ void TreeCore::onData(Link& link, size_t chunk, int contributors) {
     case Operation::Kind::kScatter: {
       const size_t share = op.tensors[0].bytes();
       for (auto& child : links_) {
-        if (child->toParent) continue;
+        if (child->childIndex < 0) continue;
         Message message;
         message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
         for (int rank : subtreeOf(tree, child->peer)) {
@@ -430,7 +519,7 @@ void TreeCore::climb(size_t chunk) {
   int contributors = op.contributes ? 1 : 0;
   try {
     for (const auto& link : links_) {
-      if (link->toParent) continue;
+      if (link->childIndex < 0) continue;
       const int theirs = op.childContributors[link->childIndex][chunk];
       if (theirs == 0) continue;
       for (const auto& segment : op.chunks[chunk].segments) {
@@ -471,7 +560,7 @@ void TreeCore::climb(size_t chunk) {
 
 void TreeCore::descend(size_t chunk) {
   for (auto& link : links_) {
-    if (!link->toParent) write(*link, chunkMessage(chunk, operation_->contributors, true));
+    if (link->childIndex >= 0) write(*link, chunkMessage(chunk, operation_->contributors, true));
   }
 }
 
@@ -497,9 +586,9 @@ void TreeCore::write(Link& link, Message message) {
   link.pipe->write(std::move(message), [weak, target, op](const Error& error) {
     auto self = weak.lock();
     if (!self) return;
-    Lock lock(self->mutex_);
+    CallbackScope scope(*self);
     --op->pendingWrites;
-    self->changed_.notify_all();
+    if (op->error) self->changed_.notify_all();
     if (self->closing_) return;
     if (error) {
       self->failLink(*target, error);
@@ -512,6 +601,12 @@ void TreeCore::write(Link& link, Message message) {
 void TreeCore::begin() {
   Operation& op = *operation_;
   const size_t chunks = op.chunks.size();
+  if (op.ring) {
+    beginRing();
+    for (auto& link : links_) pump(*link);
+    checkFinished();
+    return;
+  }
   switch (op.kind) {
     case Operation::Kind::kAllReduce:
       op.childrenDelivered.assign(chunks, 0);
@@ -553,6 +648,7 @@ void TreeCore::beginScatter() {
   }
   if (op.perRank[0].data != mine.data) std::memcpy(mine.data, op.perRank[0].data, mine.bytes());
   for (auto& link : links_) {
+    if (link->childIndex < 0) continue;
     Message message;
     message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
     for (int rank : subtreeOf(tree, link->peer)) {
@@ -568,11 +664,134 @@ void TreeCore::checkFinished() {
   Operation& op = *operation_;
   if (op.finished || op.error) return;
   const size_t needed = op.kind == Operation::Kind::kScatter ? 1 : op.chunks.size();
-  if (op.chunksFinal == needed && op.pendingWrites == 0) {
+  const bool allIn = op.ring ? op.ringReceived == op.ringExpected : op.chunksFinal == needed;
+  if (allIn && op.pendingWrites == 0) {
     op.finished = true;
     operationFinished_ = true;
+    handOver_ = true;
     changed_.notify_all();
   }
+}
+
+// --- the ring all-reduce ----------------------------------------------------
+//
+// For large calls on one host. The chunks are dealt into N segments; in
+// N - 1 reduce-scatter steps each rank adds its data to the partial sum it
+// receives and passes it on, so rank r ends with the final value of
+// segment r + 1, computed once, in one fixed order; in N - 1 all-gather
+// steps the final segments travel round as bytes. Every rank moves
+// 2 (N - 1) / N of the data and reduces 1 / N of it, all ranks at once,
+// where the tree's root reduces everything. Results are bit-identical on
+// every rank, as with the tree (each value is computed by one rank only).
+
+bool TreeCore::ringAllowed() {
+  const char* text = std::getenv("ACTORPIPE_GROUP_RING");
+  return text == nullptr || std::string(text) != "0";
+}
+
+bool TreeCore::useRing(size_t bytes) const {
+  if (!ringReady()) return false;
+  size_t threshold = options.ringThreshold;
+  if (const char* text = std::getenv("ACTORPIPE_RING_THRESHOLD")) threshold = std::atol(text);
+  return bytes >= threshold;
+}
+
+size_t TreeCore::ringChunkBytes(size_t bytes) const {
+  if (options.chunkBytes) return options.chunkBytes;
+  if (const char* text = std::getenv("ACTORPIPE_RING_CHUNK_BYTES")) return std::atol(text);
+  // Each segment in pieces of about 256 KiB (at least one), so steps overlap.
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t perSegment = std::max<size_t>(1, bytes / n / (size_t{256} << 10));
+  return std::max<size_t>(8, (bytes + n * perSegment - 1) / (n * perSegment));
+}
+
+void TreeCore::beginRing() {
+  Operation& op = *operation_;
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t chunks = op.chunks.size();
+  const size_t mine = static_cast<size_t>(info.rank);
+  op.segmentOf.resize(chunks);
+  size_t inMine = 0, inFinal = 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    op.segmentOf[c] = static_cast<int>(c * n / chunks);
+    inMine += op.segmentOf[c] == static_cast<int>(mine);
+    inFinal += op.segmentOf[c] == static_cast<int>((mine + 1) % n);
+  }
+  // Reduce-scatter brings every segment but ours, all-gather every final
+  // segment but the one we finish.
+  op.ringExpected = (chunks - inMine) + (chunks - inFinal);
+  const int contributors = op.contributes ? 1 : 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    if (op.segmentOf[c] == static_cast<int>(mine)) sendRing(0, c, contributors);
+  }
+}
+
+void TreeCore::sendRing(size_t step, size_t chunk, int contributors) {
+  const Operation& op = *operation_;
+  // Partial sums without any contribution travel empty; final values always.
+  const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
+  Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
+  message.metadata = "D " + std::to_string(op.sequence) + " " +
+                     std::to_string(step * op.chunks.size() + chunk) + " " +
+                     std::to_string(contributors);
+  write(*ringNext_, std::move(message));
+}
+
+void TreeCore::onRingData(size_t index, int contributors) {
+  Operation& op = *operation_;
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t chunks = op.chunks.size();
+  const size_t step = index / chunks;
+  const size_t chunk = index % chunks;
+  const size_t r = static_cast<size_t>(info.rank);
+  // Which segment this step must bring: a check that both ends agree.
+  const size_t expectedSegment =
+      step + 1 < n ? (r + 2 * n - step - 1) % n : (r + 2 * n - (step - (n - 1))) % n;
+  if (static_cast<size_t>(op.segmentOf[chunk]) != expectedSegment) {
+    fail(ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(ringPrev_->peer) +
+                                         " sent chunk " + std::to_string(chunk) + " at ring step " +
+                                         std::to_string(step) + ": ranks disagree on the ring"));
+    return;
+  }
+  ++op.ringReceived;
+  if (step + 1 >= n) {  // all-gather: the final bytes are in place
+    op.contributors = contributors;
+    if (step + 1 < 2 * n - 2) sendRing(step + 1, chunk, contributors);
+    return;
+  }
+  int count = op.contributes ? 1 : 0;
+  try {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      const Tensor& tensor = op.tensors[segment.tensor];
+      uint8_t* mine = bytesOf(tensor) + segment.offset;
+      uint8_t* incoming = ringPrev_->scratch.get() + segment.packed;
+      if (contributors == 0) break;
+      if (count == 0) {
+        std::memcpy(mine, incoming, segment.length);
+      } else {
+        op.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
+      }
+    }
+    count += contributors;
+    if (step + 2 == n) {  // this rank finishes the chunk
+      for (const auto& segment : op.chunks[chunk].segments) {
+        const Tensor& tensor = op.tensors[segment.tensor];
+        Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+        if (count == 0) {
+          op.reduction->fillIdentity(result);
+        } else {
+          op.reduction->finish(result, count);
+        }
+      }
+      op.contributors = count;
+      sendRing(step + 1, chunk, count);
+      return;
+    }
+  } catch (const std::exception& e) {
+    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+    return;
+  }
+  sendRing(step + 1, chunk, count);
 }
 
 // --- failures ---------------------------------------------------------------
@@ -630,7 +849,11 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   }
   Lock lock(mutex_);
   for (auto& link : links_) {
-    if (link->departed && !broken_) {
+    // A neighbour that left is an error only for collectives that need it
+    // (a ring-only neighbour does not take part in a broadcast, say).
+    const bool involved = operation->ring ? (link->ringNext || link->ringPrev)
+                                          : (link->toParent || link->childIndex >= 0);
+    if (link->departed && involved && !broken_) {
       fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
     }
   }

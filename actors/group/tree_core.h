@@ -33,7 +33,9 @@ namespace actorpipe::group {
 struct Link {
   int peer{-1};
   bool toParent{false};
-  int childIndex{-1};  // position in TreeNode::children
+  int childIndex{-1};  // position in TreeNode::children; -1 when not a child
+  bool ringNext{false};  // the ring all-reduce sends to this peer
+  bool ringPrev{false};  // ... and receives from this one (both when 2 ranks)
   std::shared_ptr<Pipe> pipe;
   bool readingDescriptor{false};
   bool holdsDescriptor{false};
@@ -67,6 +69,13 @@ struct Operation {
   size_t chunksFinal{0};
   int contributors{0};
 
+  // Ring all-reduce (one host, large calls): chunk -> segment, and how many
+  // messages come from the ring's previous rank.
+  bool ring{false};
+  std::vector<int> segmentOf;
+  size_t ringExpected{0};
+  size_t ringReceived{0};
+
   // Scatter: the root's per-rank tensors, and this rank's subtree share.
   std::vector<Tensor> perRank;
   std::vector<int> subtree;
@@ -78,11 +87,25 @@ struct Operation {
 
 class TreeCore : public std::enable_shared_from_this<TreeCore> {
  public:
+  // Holds the lock for a pipe callback. If the callback finished the
+  // collective, it then yields the CPU: the caller it woke usually shares
+  // this CPU (ranks are bound to one), and the loop thread would otherwise
+  // keep polling there for its whole window before the caller runs.
+  struct CallbackScope {
+    explicit CallbackScope(TreeCore& core) : core(core), lock(core.mutex_) {}
+    ~CallbackScope();
+    TreeCore& core;
+    std::unique_lock<std::recursive_mutex> lock;
+  };
+
   TreeCore(RankInfo info, TreeOptions options);
   ~TreeCore();
 
   Error start();
   Error run(std::shared_ptr<Operation> operation);
+  // Whether an allReduce of `bytes` goes round the ring (same on every rank).
+  bool useRing(size_t bytes) const;
+  size_t ringChunkBytes(size_t bytes) const;
   void close();
   std::vector<std::string> describeLinks() const;
 
@@ -101,6 +124,11 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void onData(Link& link, size_t chunk, int contributors);
   void begin();
   void climb(size_t chunk);
+  void beginRing();
+  void onRingData(size_t index, int contributors);
+  void sendRing(size_t step, size_t chunk, int contributors);
+  bool ringReady() const { return ringNext_ != nullptr; }
+  static bool ringAllowed();
   void descend(size_t chunk);
   void beginScatter();
   void write(Link& link, Message message);
@@ -114,12 +142,15 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
 
   std::shared_ptr<Context> context_;
   std::shared_ptr<Listener> listener_;
-  std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), then children in order
+  std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), children in order, ring-only links
+  Link* ringNext_{nullptr};
+  Link* ringPrev_{nullptr};
   mutable std::recursive_mutex mutex_;
   std::condition_variable_any changed_;
   std::mutex callers_;  // one collective at a time
   std::shared_ptr<Operation> operation_;
   std::atomic<bool> operationFinished_{false};
+  std::atomic<bool> handOver_{false};
   uint64_t sequence_{0};
   Error broken_;
   bool closing_{false};

@@ -124,6 +124,20 @@ void checkSum(Tree& tree) {
   ok(tree.allReduce({tensorOf(noisy)}, Reduction::sum()), "noisy sum");
   expectIdenticalEverywhere(tree, noisy.data(), noisy.size() * sizeof(float), "noisy sum");
 
+  // The same checks on calls large enough for the ring (one host).
+  std::vector<double> bigMean(size_t(1) << 17, double(r + 1));
+  std::vector<int32_t> bigMax(size_t(1) << 18, r + 1);
+  ok(tree.allReduce({tensorOf(bigMean)}, Reduction::average()), "large average");
+  expectAll(bigMean, double(total) / n, "large average f64");
+  ok(tree.allReduce({tensorOf(bigMax)}, Reduction::max()), "large max");
+  expectAll(bigMax, int32_t(n), "large max i32");
+  std::vector<float> bigNoisy(size_t(1) << 19);
+  for (size_t i = 0; i < bigNoisy.size(); ++i) bigNoisy[i] = std::cos(float(i * 3 + r * 17)) * (r + 1);
+  ok(tree.allReduce({tensorOf(bigNoisy)}, largestMagnitude), "large custom");
+  expectIdenticalEverywhere(tree, bigNoisy.data(), bigNoisy.size() * sizeof(float), "large custom");
+  ok(tree.allReduce({tensorOf(bigNoisy)}, Reduction::sum()), "large noisy sum");
+  expectIdenticalEverywhere(tree, bigNoisy.data(), bigNoisy.size() * sizeof(float), "large noisy sum");
+
   ok(tree.barrier(), "barrier");
 }
 
@@ -175,8 +189,10 @@ void checkUneven(Tree& tree) {
   for (int step = 0;; ++step) {
     const bool working = step <= r;
     std::vector<int64_t> value(3, working ? r + 1 : -999);
+    // Large enough for the ring on one host (TreeOptions::ringThreshold).
+    std::vector<int64_t> large(size_t(1) << 17, working ? r + 1 : -999);
     int contributors = -1;
-    ok(tree.allReduce({tensorOf(value)}, Reduction::sum(),
+    ok(tree.allReduce({tensorOf(value), tensorOf(large)}, Reduction::sum(),
                       working ? Contribution::kData : Contribution::kNothing, &contributors),
        "uneven step " + std::to_string(step));
     // Ranks step..n-1 are still working at this step.
@@ -188,6 +204,7 @@ void checkUneven(Tree& tree) {
     int64_t expected = 0;
     for (int k = step; k < n; ++k) expected += k + 1;
     expectAll(value, expected, "uneven step " + std::to_string(step));
+    expectAll(large, expected, "uneven step (large) " + std::to_string(step));
     if (contributors == 0) break;
   }
 }
