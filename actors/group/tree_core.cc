@@ -242,6 +242,20 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
   acceptNext.reset();
   listener_->close();
   for (auto& link : links_) readNext(*link);
+  lock.unlock();
+  // The group is formed once every link's handshake is done (so links()
+  // can say what each negotiated); a peer that died meanwhile shows up as
+  // a failed link at the first collective.
+  const auto deadline = Clock::now() + options.rendezvousTimeout;
+  auto broken = [&] {
+    Lock check(mutex_);
+    return static_cast<bool>(broken_);
+  };
+  for (auto& link : links_) {
+    while (!link->pipe->info().established && !broken() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   return Error::kSuccess;
 }
 
@@ -292,6 +306,9 @@ void TreeCore::close() {
     }
     changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return *remaining == 0; });
   }
+  // A failed group's abort notices must leave before the pipes close, or a
+  // neighbour would only see our connection end and blame us.
+  changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return abortsInFlight_ == 0; });
   closing_ = true;
   if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
   if (operation_ && !operation_->finished && !operation_->error) {
@@ -326,14 +343,21 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     return;
   }
   if (descriptor.metadata.rfind("abort ", 0) == 0) {
+    // "abort <rank> <kind> <reason>": the same error, retold by each rank.
     std::istringstream in(descriptor.metadata.substr(6));
     int rank = -1;
-    in >> rank;
+    std::string kind;
+    in >> rank >> kind;
     std::string reason;
     std::getline(in, reason);
     if (!reason.empty() && reason[0] == ' ') reason.erase(0, 1);
-    fail(rank >= 0 ? ACTORPIPE_ERROR(RankFailedError, rank, reason)
-                   : ACTORPIPE_ERROR(TimeoutError, reason));
+    if (kind == "rank") {
+      fail(ACTORPIPE_ERROR(RankFailedError, rank, reason));
+    } else if (kind == "logic") {
+      fail(ACTORPIPE_ERROR(LogicError, reason));
+    } else {
+      fail(ACTORPIPE_ERROR(TimeoutError, reason));
+    }
     return;
   }
   if (descriptor.metadata == "bye") {
@@ -699,9 +723,12 @@ bool TreeCore::useRing(size_t bytes) const {
 size_t TreeCore::ringChunkBytes(size_t bytes) const {
   if (options.chunkBytes) return options.chunkBytes;
   if (const char* text = std::getenv("ACTORPIPE_RING_CHUNK_BYTES")) return std::atol(text);
-  // Each segment in pieces of about 256 KiB (at least one), so steps overlap.
+  // Each segment in about four pieces, so that steps overlap, of 256 KiB to
+  // 1 MiB: smaller pieces pay the per-message cost too often, larger ones
+  // overlap too little (docs/benchmarks-groups.md).
   const size_t n = static_cast<size_t>(info.worldSize);
-  const size_t perSegment = std::max<size_t>(1, bytes / n / (size_t{256} << 10));
+  const size_t target = std::clamp<size_t>(bytes / (n * 4), size_t{256} << 10, size_t{1} << 20);
+  const size_t perSegment = std::max<size_t>(1, (bytes / n + target - 1) / target);
   return std::max<size_t>(8, (bytes + n * perSegment - 1) / (n * perSegment));
 }
 
@@ -815,16 +842,33 @@ void TreeCore::fail(Error error) {
 // hears it fails and passes it on, naming the same rank.
 void TreeCore::sendAbort(const Error& error) {
   int rank = -1;
+  std::string kind = "timeout";
   std::string reason = error.what();
   if (auto failed = error.castToType<RankFailedError>()) {
     rank = failed->rank();
+    kind = "rank";
     reason = failed->reason();
+  } else if (error.isOfType<LogicError>()) {
+    kind = "logic";
+    const std::string prefix = "logic error: ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+  } else if (error.isOfType<TimeoutError>()) {
+    const std::string prefix = "timed out: ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
   }
   for (auto& link : links_) {
     if (!link->pipe) continue;
     Message message;
-    message.metadata = "abort " + std::to_string(rank) + " " + reason;
-    link->pipe->write(std::move(message), [](const Error&) {});
+    message.metadata = "abort " + std::to_string(rank) + " " + kind + " " + reason;
+    ++abortsInFlight_;
+    std::weak_ptr<TreeCore> weak = weak_from_this();
+    link->pipe->write(std::move(message), [weak](const Error&) {
+      auto self = weak.lock();
+      if (!self) return;
+      Lock lock(self->mutex_);
+      --self->abortsInFlight_;
+      self->changed_.notify_all();
+    });
   }
 }
 

@@ -154,6 +154,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   uint64_t sequence_{0};
   Error broken_;
   bool closing_{false};
+  int abortsInFlight_{0};
   bool rendezvousFileOwned_{false};
 };
 

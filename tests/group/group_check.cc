@@ -471,6 +471,14 @@ int main(int argc, char** argv) {
     } else if (scenario == "slurm") {
       checkSlurm(*tree, placement, tasksPerGpu);
       ++i;
+    } else if (scenario == "mismatch") {
+      // Rank 1 passes a tensor of another size: every rank fails, none hangs.
+      std::vector<float> values(tree->rank() == 1 ? 12 : 10, 1.0f);
+      actorpipe::Error error = tree->allReduce({tensorOf(values)}, Reduction::sum());
+      expect(error && error.isOfType<actorpipe::LogicError>(),
+             "a shape mismatch gave: " + (error ? error.what() : std::string("no error")));
+      std::printf("rank %d saw: %s\n", tree->rank(), error.what().c_str());
+      return 0;
     } else if (scenario == "clientserver") {
       checkClientServer(*tree);
     } else if (scenario == "links") {
