@@ -61,6 +61,7 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
   } else {
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->options.chunkBytes);
+    operation->exchange = core_->useExchange(total);
   }
   Error error = core_->run(operation);
   if (!error && contributors) *contributors = operation->contributors;

@@ -434,6 +434,14 @@ void TreeCore::consume(Link& link) {
         lengths.push_back(segment.length);
       }
     }
+  } else if (op.exchange) {
+    if (contributors > 0) {
+      grow(link, op.totalBytes);
+      for (const auto& segment : op.chunks[chunk].segments) {
+        allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
+        lengths.push_back(segment.length);
+      }
+    }
   } else if (op.kind == Operation::Kind::kScatter) {
     const size_t share = op.tensors[0].bytes();
     grow(link, share * op.subtree.size());
@@ -493,6 +501,13 @@ void TreeCore::onData(Link& link, size_t chunk, int contributors) {
   Operation& op = *operation_;
   if (op.ring) {
     onRingData(chunk, contributors);
+    checkFinished();
+    return;
+  }
+  if (op.exchange) {
+    op.exchangeReceived[chunk] = 1;
+    op.exchangeTheirs[chunk] = contributors;
+    settleExchange(chunk);
     checkFinished();
     return;
   }
@@ -602,12 +617,12 @@ Message TreeCore::chunkMessage(size_t chunk, int contributors, bool withTensors)
   return message;
 }
 
-void TreeCore::write(Link& link, Message message) {
+void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
   std::shared_ptr<Operation> op = operation_;
   ++op->pendingWrites;
   std::weak_ptr<TreeCore> weak = shared_from_this();
   Link* target = &link;
-  link.pipe->write(std::move(message), [weak, target, op](const Error& error) {
+  link.pipe->write(std::move(message), [weak, target, op, sent](const Error& error) {
     auto self = weak.lock();
     if (!self) return;
     CallbackScope scope(*self);
@@ -618,15 +633,21 @@ void TreeCore::write(Link& link, Message message) {
       self->failLink(*target, error);
       return;
     }
-    if (op == self->operation_) self->checkFinished();
+    if (op != self->operation_) return;
+    if (sent && !op->error) sent();
+    self->checkFinished();
   });
 }
 
 void TreeCore::begin() {
   Operation& op = *operation_;
   const size_t chunks = op.chunks.size();
-  if (op.ring) {
-    beginRing();
+  if (op.ring || op.exchange) {
+    if (op.ring) {
+      beginRing();
+    } else {
+      beginExchange();
+    }
     for (auto& link : links_) pump(*link);
     checkFinished();
     return;
@@ -819,6 +840,70 @@ void TreeCore::onRingData(size_t index, int contributors) {
     return;
   }
   sendRing(step + 1, chunk, count);
+}
+
+// --- the exchange (two ranks, small calls) ----------------------------------
+//
+// One trip instead of the tree's two: both ranks send their data at once and
+// both compute rank 0's data op rank 1's data, the same expression in the
+// same order, so the results are bit-identical.
+
+bool TreeCore::useExchange(size_t bytes) const {
+  if (info.worldSize != 2 || links_.size() != 1) return false;
+  if (const char* text = std::getenv("ACTORPIPE_GROUP_EXCHANGE")) {
+    if (std::string(text) == "0") return false;
+  }
+  return !useRing(bytes);
+}
+
+void TreeCore::beginExchange() {
+  Operation& op = *operation_;
+  const size_t chunks = op.chunks.size();
+  op.exchangeSent.assign(chunks, 0);
+  op.exchangeReceived.assign(chunks, 0);
+  op.exchangeTheirs.assign(chunks, 0);
+  const int mine = op.contributes ? 1 : 0;
+  for (size_t c = 0; c < chunks && !op.error; ++c) {
+    write(*links_.front(), chunkMessage(c, mine, mine > 0), [this, c] {
+      operation_->exchangeSent[c] = 1;
+      settleExchange(c);
+    });
+  }
+}
+
+void TreeCore::settleExchange(size_t chunk) {
+  Operation& op = *operation_;
+  if (!op.exchangeSent[chunk] || !op.exchangeReceived[chunk] || op.error) return;
+  const int mine = op.contributes ? 1 : 0;
+  const int theirs = op.exchangeTheirs[chunk];
+  const bool first = info.rank == 0;  // whose data is the accumulator
+  uint8_t* scratch = links_.front()->scratch.get();
+  try {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      const Tensor& tensor = op.tensors[segment.tensor];
+      uint8_t* own = bytesOf(tensor) + segment.offset;
+      uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
+      if (theirs > 0 && mine == 0) {
+        std::memcpy(own, other, segment.length);
+      } else if (theirs > 0 && first) {
+        op.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
+      } else if (theirs > 0) {
+        op.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
+        std::memcpy(own, other, segment.length);
+      }
+      Tensor result = slice(tensor, segment, own);
+      if (mine + theirs == 0) {
+        op.reduction->fillIdentity(result);
+      } else {
+        op.reduction->finish(result, mine + theirs);
+      }
+    }
+  } catch (const std::exception& e) {
+    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+    return;
+  }
+  op.contributors = mine + theirs;
+  ++op.chunksFinal;
 }
 
 // --- failures ---------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,14 @@ struct Operation {
   size_t ringExpected{0};
   size_t ringReceived{0};
 
+  // Exchange (two ranks, small calls): both send at once, and both combine
+  // rank 0's data with rank 1's, in that order, once the peer has pulled
+  // ours (its memory is ours until then).
+  bool exchange{false};
+  std::vector<char> exchangeSent;
+  std::vector<char> exchangeReceived;
+  std::vector<int> exchangeTheirs;
+
   // Scatter: the root's per-rank tensors, and this rank's subtree share.
   std::vector<Tensor> perRank;
   std::vector<int> subtree;
@@ -105,6 +114,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   Error run(std::shared_ptr<Operation> operation);
   // Whether an allReduce of `bytes` goes round the ring (same on every rank).
   bool useRing(size_t bytes) const;
+  bool useExchange(size_t bytes) const;
   size_t ringChunkBytes(size_t bytes) const;
   void close();
   std::vector<std::string> describeLinks() const;
@@ -131,7 +141,10 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   static bool ringAllowed();
   void descend(size_t chunk);
   void beginScatter();
-  void write(Link& link, Message message);
+  // `sent` (if set) runs under the lock once the peer has the message.
+  void write(Link& link, Message message, std::function<void()> sent = nullptr);
+  void beginExchange();
+  void settleExchange(size_t chunk);
   void checkFinished();
   void fail(Error error);
   void failLink(Link& link, const Error& error);
