@@ -232,13 +232,10 @@ Error Mailbox::receive(int wanted, bool any, const std::string& tag,
     }
 
     // Messages whose data still waits on the wire.
-    bool reading = false;
+    bool setAside = false;
     for (int id : order) {
       Peer& peer = peers_[id];
-      if (!peer.holding) {
-        reading = reading || peer.readingData;
-        continue;
-      }
+      if (!peer.holding) continue;
       std::string heldTag;
       uint64_t heldId = 0;
       parseHeader(peer.held.metadata, heldTag, heldId);
@@ -257,9 +254,9 @@ Error Mailbox::receive(int wanted, bool any, const std::string& tag,
       readHeld(peer, {}, aside, result, finished);
       changed_.wait(lock, [&] { return *finished; });
       if (!*result) peers_[id].inbox.push_back(std::move(*aside));
-      reading = true;
+      setAside = true;
     }
-    if (reading) continue;  // something arrived while we looked: look again
+    if (setAside) continue;  // the lock was released meanwhile: look again
 
     // Peers that are gone, once nothing of theirs is left.
     bool anyAlive = false;

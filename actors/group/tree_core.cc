@@ -1029,6 +1029,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
     }
   }
   operation_.reset();
+  handOver_ = false;  // when begin() finished the call itself, nobody waits to be handed the CPU
   return op.error;
 }
 
