@@ -62,6 +62,7 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->options.chunkBytes);
     operation->exchange = core_->useExchange(total);
+    operation->doubling = !operation->exchange && core_->useDoubling(total, operation->chunks.size());
   }
   Error error = core_->run(operation);
   if (!error && contributors) *contributors = operation->contributors;

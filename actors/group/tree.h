@@ -16,7 +16,10 @@
 // down as bytes. Large calls are cut into chunks, so chunk k climbs while
 // chunk k-1 is being reduced and chunk k-2 descends. Large calls among ranks
 // of one host go round a ring instead (TreeOptions::ringThreshold), where
-// each value is likewise computed by exactly one rank, in a fixed order.
+// each value is likewise computed by exactly one rank, in a fixed order;
+// small calls between two ranks are one exchange, and small calls among a
+// power-of-two group on one host use recursive doubling, where partners
+// compute the same expression in the same order.
 //
 // Failures: when a rank dies (or closes, or a link breaks), its neighbours
 // see their pipe fail and tell every other rank through the tree, so every
@@ -51,6 +54,9 @@ struct TreeOptions {
   // down the tree: every rank then reduces a share at once, where the tree's
   // root reduces it all. Small calls stay on the tree (fewer hops).
   size_t ringThreshold{size_t{512} << 10};
+  // Power-of-two groups of 4+ on one host: calls of at most this many bytes
+  // use recursive doubling (log2 N exchanges; the tree takes 2 log2 N hops).
+  size_t doublingThreshold{size_t{32} << 10};
 };
 
 // Whether this rank has data for an allReduce (torch-ipc's uneven steps: a

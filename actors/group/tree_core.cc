@@ -178,6 +178,29 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
     ringNext_ = toNext;
     ringPrev_ = fromPrev;
   }
+  // Recursive doubling's partners (r xor 2^k), for power-of-two groups of
+  // four or more on one host; the higher rank of a pair connects.
+  const bool powerOfTwo = n >= 4 && (n & (n - 1)) == 0;
+  if (oneHost && powerOfTwo && doublingAllowed()) {
+    for (int step = 0; (1 << step) < n; ++step) {
+      const int partner = info.rank ^ (1 << step);
+      Link* link = linkTo(partner);
+      if (!link) {
+        auto created = std::make_unique<Link>();
+        created->peer = partner;
+        if (info.rank > partner) {
+          created->pipe = context_->connect(table[partner].url);
+          Message hello;
+          hello.metadata = "cube " + std::to_string(info.rank);
+          created->pipe->write(std::move(hello), [](const Error&) {});
+        }
+        link = created.get();
+        links_.push_back(std::move(created));
+      }
+      link->cubeStep = step;
+      cube_.push_back(link);
+    }
+  }
   lock.unlock();
 
   std::weak_ptr<TreeCore> weak = shared_from_this();
@@ -203,11 +226,12 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
         std::istringstream in(descriptor.metadata);
         std::string word;
         int rank = -1;
-        if (!(in >> word >> rank) || (word != "link" && word != "ring")) return;
+        if (!(in >> word >> rank) || (word != "link" && word != "ring" && word != "cube")) return;
         Lock lock(mutex_);
         Link* link = linkTo(rank);
-        const bool expected = word == "link" ? link && link->childIndex >= 0
-                                             : link && link->ringPrev && !link->toParent;
+        const bool expected = word == "link"   ? link && link->childIndex >= 0
+                              : word == "ring" ? link && link->ringPrev && !link->toParent
+                                               : link && link->cubeStep >= 0 && !link->toParent;
         if (expected && !link->pipe) {
           link->pipe = pipe;
           changed_.notify_all();
@@ -270,7 +294,10 @@ std::vector<std::string> TreeCore::describeLinks() const {
   Lock lock(mutex_);
   std::vector<std::string> lines;
   for (const auto& link : links_) {
-    std::string line = (link->toParent ? "parent " : link->childIndex >= 0 ? "child " : "ring ") +
+    std::string line = (link->toParent             ? "parent "
+                        : link->childIndex >= 0    ? "child "
+                        : link->ringNext || link->ringPrev ? "ring "
+                                                           : "partner ") +
                        std::to_string(link->peer) + ": ";
     if (link->pipe) {
       PipeInfo pipeInfo = link->pipe->info();
@@ -375,6 +402,7 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
 size_t TreeCore::expectedFrom(const Link& link) const {
   const Operation& op = *operation_;
   if (op.ring) return link.ringPrev ? op.ringExpected : 0;
+  if (op.doubling) return link.cubeStep >= 0 ? 1 : 0;
   const bool treeLink = link.toParent || link.childIndex >= 0;
   if (!treeLink) return 0;
   switch (op.kind) {
@@ -406,7 +434,9 @@ void TreeCore::consume(Link& link) {
   const size_t chunks = op.chunks.size();
   const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
   if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
-      (op.ring ? chunk >= ringSteps * chunks : chunk != link.consumed)) {
+      (op.ring       ? chunk >= ringSteps * chunks
+       : op.doubling ? chunk != static_cast<size_t>(link.cubeStep)
+                     : chunk != link.consumed)) {
     fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
                                          " #" + std::to_string(op.sequence) +
                                          ": ranks called different collectives"));
@@ -434,10 +464,10 @@ void TreeCore::consume(Link& link) {
         lengths.push_back(segment.length);
       }
     }
-  } else if (op.exchange) {
+  } else if (op.exchange || op.doubling) {
     if (contributors > 0) {
       grow(link, op.totalBytes);
-      for (const auto& segment : op.chunks[chunk].segments) {
+      for (const auto& segment : op.chunks[op.doubling ? 0 : chunk].segments) {
         allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
         lengths.push_back(segment.length);
       }
@@ -501,6 +531,13 @@ void TreeCore::onData(Link& link, size_t chunk, int contributors) {
   Operation& op = *operation_;
   if (op.ring) {
     onRingData(chunk, contributors);
+    checkFinished();
+    return;
+  }
+  if (op.doubling) {
+    op.cubeReceived[chunk] = 1;
+    op.cubeTheirs[chunk] = contributors;
+    advanceCube();
     checkFinished();
     return;
   }
@@ -642,11 +679,13 @@ void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
 void TreeCore::begin() {
   Operation& op = *operation_;
   const size_t chunks = op.chunks.size();
-  if (op.ring || op.exchange) {
+  if (op.ring || op.exchange || op.doubling) {
     if (op.ring) {
       beginRing();
-    } else {
+    } else if (op.exchange) {
       beginExchange();
+    } else {
+      beginDoubling();
     }
     for (auto& link : links_) pump(*link);
     checkFinished();
@@ -906,6 +945,93 @@ void TreeCore::settleExchange(size_t chunk) {
   ++op.chunksFinal;
 }
 
+// --- recursive doubling (power-of-two ranks on one host, small calls) -------
+//
+// log2 N exchanges instead of the tree's 2 log2 N hops. At step k, rank r
+// swaps its partial result with r xor 2^k, and both compute the lower
+// block's partial op the higher block's: the same expression in the same
+// order on both, so after the last step every rank holds bytes identical to
+// every other's.
+
+bool TreeCore::doublingAllowed() {
+  const char* text = std::getenv("ACTORPIPE_GROUP_DOUBLING");
+  return text == nullptr || std::string(text) != "0";
+}
+
+// Above a few tens of KiB, sending the whole call at every step costs more
+// than the hops it saves (docs/benchmarks-groups.md).
+bool TreeCore::useDoubling(size_t bytes, size_t chunks) const {
+  return !cube_.empty() && chunks == 1 && bytes <= options.doublingThreshold;
+}
+
+void TreeCore::beginDoubling() {
+  Operation& op = *operation_;
+  const size_t steps = cube_.size();
+  op.cubeSent.assign(steps, 0);
+  op.cubeReceived.assign(steps, 0);
+  op.cubeTheirs.assign(steps, 0);
+  op.cubeAt = 0;
+  op.cubeCount = op.contributes ? 1 : 0;
+  sendCube(0);
+}
+
+void TreeCore::sendCube(size_t step) {
+  Operation& op = *operation_;
+  Message message = chunkMessage(0, op.cubeCount, op.cubeCount > 0);
+  message.metadata = "D " + std::to_string(op.sequence) + " " + std::to_string(step) + " " +
+                     std::to_string(op.cubeCount);
+  write(*cube_[step], std::move(message), [this, step] {
+    operation_->cubeSent[step] = 1;
+    advanceCube();
+  });
+}
+
+void TreeCore::advanceCube() {
+  Operation& op = *operation_;
+  const size_t steps = cube_.size();
+  while (!op.error && op.cubeAt < steps && op.cubeSent[op.cubeAt] && op.cubeReceived[op.cubeAt]) {
+    const size_t step = op.cubeAt;
+    const int theirs = op.cubeTheirs[step];
+    const bool lower = (info.rank & (1 << step)) == 0;  // our block comes first
+    uint8_t* scratch = cube_[step]->scratch.get();
+    try {
+      for (const auto& segment : op.chunks[0].segments) {
+        const Tensor& tensor = op.tensors[segment.tensor];
+        uint8_t* own = bytesOf(tensor) + segment.offset;
+        uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
+        if (theirs == 0) continue;
+        if (op.cubeCount == 0) {
+          std::memcpy(own, other, segment.length);
+        } else if (lower) {
+          op.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
+        } else {
+          op.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
+          std::memcpy(own, other, segment.length);
+        }
+      }
+      op.cubeCount += theirs;
+      ++op.cubeAt;
+      if (op.cubeAt == steps) {
+        for (const auto& segment : op.chunks[0].segments) {
+          const Tensor& tensor = op.tensors[segment.tensor];
+          Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+          if (op.cubeCount == 0) {
+            op.reduction->fillIdentity(result);
+          } else {
+            op.reduction->finish(result, op.cubeCount);
+          }
+        }
+        op.contributors = op.cubeCount;
+        op.chunksFinal = 1;
+      }
+    } catch (const std::exception& e) {
+      fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+      return;
+    }
+    if (op.cubeAt < steps) sendCube(op.cubeAt);
+  }
+}
+
 // --- failures ---------------------------------------------------------------
 
 void TreeCore::failLink(Link& link, const Error& error) {
@@ -980,8 +1106,9 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   for (auto& link : links_) {
     // A neighbour that left is an error only for collectives that need it
     // (a ring-only neighbour does not take part in a broadcast, say).
-    const bool involved = operation->ring ? (link->ringNext || link->ringPrev)
-                                          : (link->toParent || link->childIndex >= 0);
+    const bool involved = operation->ring       ? (link->ringNext || link->ringPrev)
+                          : operation->doubling ? link->cubeStep >= 0
+                                                : (link->toParent || link->childIndex >= 0);
     if (link->departed && involved && !broken_) {
       fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
     }

@@ -37,6 +37,7 @@ struct Link {
   int childIndex{-1};  // position in TreeNode::children; -1 when not a child
   bool ringNext{false};  // the ring all-reduce sends to this peer
   bool ringPrev{false};  // ... and receives from this one (both when 2 ranks)
+  int cubeStep{-1};      // recursive doubling: the step at which this peer is our partner
   std::shared_ptr<Pipe> pipe;
   bool readingDescriptor{false};
   bool holdsDescriptor{false};
@@ -85,6 +86,15 @@ struct Operation {
   std::vector<char> exchangeReceived;
   std::vector<int> exchangeTheirs;
 
+  // Recursive doubling (power-of-two ranks on one host, small calls): per
+  // step, whether our send is done and the partner's data is in.
+  bool doubling{false};
+  size_t cubeAt{0};
+  int cubeCount{0};
+  std::vector<char> cubeSent;
+  std::vector<char> cubeReceived;
+  std::vector<int> cubeTheirs;
+
   // Scatter: the root's per-rank tensors, and this rank's subtree share.
   std::vector<Tensor> perRank;
   std::vector<int> subtree;
@@ -115,6 +125,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   // Whether an allReduce of `bytes` goes round the ring (same on every rank).
   bool useRing(size_t bytes) const;
   bool useExchange(size_t bytes) const;
+  bool useDoubling(size_t bytes, size_t chunks) const;
   size_t ringChunkBytes(size_t bytes) const;
   void close();
   std::vector<std::string> describeLinks() const;
@@ -139,11 +150,15 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void sendRing(size_t step, size_t chunk, int contributors);
   bool ringReady() const { return ringNext_ != nullptr; }
   static bool ringAllowed();
+  static bool doublingAllowed();
   void descend(size_t chunk);
   void beginScatter();
   // `sent` (if set) runs under the lock once the peer has the message.
   void write(Link& link, Message message, std::function<void()> sent = nullptr);
   void beginExchange();
+  void beginDoubling();
+  void sendCube(size_t step);
+  void advanceCube();
   void settleExchange(size_t chunk);
   void checkFinished();
   void fail(Error error);
@@ -158,6 +173,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), children in order, ring-only links
   Link* ringNext_{nullptr};
   Link* ringPrev_{nullptr};
+  std::vector<Link*> cube_;  // partner per doubling step; empty when not used
   mutable std::recursive_mutex mutex_;
   std::condition_variable_any changed_;
   std::mutex callers_;  // one collective at a time

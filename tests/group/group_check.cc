@@ -191,10 +191,15 @@ void checkUneven(Tree& tree) {
     std::vector<int64_t> value(3, working ? r + 1 : -999);
     // Large enough for the ring on one host (TreeOptions::ringThreshold).
     std::vector<int64_t> large(size_t(1) << 17, working ? r + 1 : -999);
+    // Two calls: a small one (tree, exchange or doubling) and a large one (ring).
     int contributors = -1;
-    ok(tree.allReduce({tensorOf(value), tensorOf(large)}, Reduction::sum(),
-                      working ? Contribution::kData : Contribution::kNothing, &contributors),
+    int contributorsLarge = -1;
+    const Contribution mine = working ? Contribution::kData : Contribution::kNothing;
+    ok(tree.allReduce({tensorOf(value)}, Reduction::sum(), mine, &contributors),
        "uneven step " + std::to_string(step));
+    ok(tree.allReduce({tensorOf(large)}, Reduction::sum(), mine, &contributorsLarge),
+       "uneven step (large) " + std::to_string(step));
+    expect(contributors == contributorsLarge, "small and large calls disagree on contributors");
     // Ranks step..n-1 are still working at this step.
     const int n = tree.size();
     const int expectedContributors = std::max(0, n - step);
