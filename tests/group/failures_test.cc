@@ -89,6 +89,19 @@ TEST_CASE("a rank killed mid-collective is named by every survivor") {
   }
 }
 
+TEST_CASE("a rank killed during small collectives is named by every survivor") {
+  // 5 ranks: the tree; 8 ranks: recursive doubling.
+  for (int ranks : {5, 8}) {
+    CAPTURE(ranks);
+    Run r = run("-n " + std::to_string(ranks) + " --keep-going -- " + kCheck + " die 2 small");
+    INFO(r.output);
+    CHECK(r.status == 128 + 9);
+    CHECK(count(r.output, "saw: rank 2 failed") == ranks - 1);
+    CHECK(count(r.output, "FAILED") == 0);
+    CHECK(r.seconds < 60);
+  }
+}
+
 TEST_CASE("a rank that never shows up fails the rendezvous of every other rank") {
   Run r = run("-n 3 -- " + kCheck + " absent 2");
   INFO(r.output);

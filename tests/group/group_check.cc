@@ -245,10 +245,12 @@ void checkBroadcastAndScatter(Tree& tree) {
 
 // The victim dies in the middle of a large allReduce; every other rank's
 // collective must fail naming it, within a bound.
-int checkDeath(Tree& tree, int victim) {
+int checkDeath(Tree& tree, int victim, bool small) {
   std::vector<float> warmup(1000, 1.0f);
   ok(tree.allReduce({tensorOf(warmup)}, Reduction::sum()), "warm-up");
-  std::vector<float> big(size_t(16) << 20 >> 2, 1.0f);
+  // 16 MiB goes round the ring on one host; 4 KiB uses the tree, the
+  // exchange or recursive doubling, depending on the group's size.
+  std::vector<float> big(small ? 1024 : size_t(16) << 20 >> 2, 1.0f);
   if (tree.rank() == victim) {
     std::thread([] {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -258,7 +260,7 @@ int checkDeath(Tree& tree, int victim) {
   }
   const auto start = Clock::now();
   actorpipe::Error error;
-  for (int i = 0; i < 1000 && !error; ++i) error = tree.allReduce({tensorOf(big)}, Reduction::sum());
+  for (int i = 0; i < 1000000 && !error; ++i) error = tree.allReduce({tensorOf(big)}, Reduction::sum());
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   expect(static_cast<bool>(error), "no collective failed although rank " + std::to_string(victim) + " died");
   auto failed = error.castToType<RankFailedError>();
@@ -472,7 +474,9 @@ int main(int argc, char** argv) {
     } else if (scenario == "broadcast") {
       checkBroadcastAndScatter(*tree);
     } else if (scenario == "die") {
-      return checkDeath(*tree, std::atoi(args.at(++i).c_str()));
+      const int victim = std::atoi(args.at(++i).c_str());
+      const bool small = i + 1 < args.size() && args[i + 1] == "small";
+      return checkDeath(*tree, victim, small);
     } else if (scenario == "slurm") {
       checkSlurm(*tree, placement, tasksPerGpu);
       ++i;
