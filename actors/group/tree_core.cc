@@ -26,17 +26,23 @@ using Lock = std::unique_lock<std::recursive_mutex>;
 // still point into the caller's tensors, before it closes every pipe to end
 // them (a failed group is not used again).
 constexpr auto kQuiesceGrace = std::chrono::seconds(2);
-// How long a caller spins (yielding) before it sleeps. Zero by default:
-// ranks bound to one CPU each (actorpipe-run's default) wake on their own
-// CPU cheaply, and a spinning caller there only delays the loop thread that
-// is doing the work. Unbound ranks on idle CPUs may gain from a few hundred
-// microseconds (waking across CPUs costs ~40 µs here, ../shared/NOTES.md).
-std::chrono::microseconds spinWindow() {
-  static const std::chrono::microseconds window = [] {
+// How long a caller spins (yielding to its own loop thread, which shares
+// its CPU when ranks are bound) before it sleeps. A vCPU that goes idle here
+// halts, and waking a thread on a halted vCPU costs ~40 µs
+// (../shared/NOTES.md), more than a whole small call. Where the loops poll,
+// they keep the CPU awake and a spinning caller would only fight its own
+// loop thread for the CPU; where they do not (more ranks than CPUs), small
+// calls spin so that messages from the other CPU land at once. Large calls
+// never spin: the caller would take CPU time from the copies and
+// reductions (docs/benchmarks-groups.md).
+std::chrono::microseconds spinWindow(size_t bytes, std::chrono::microseconds pollWindow) {
+  static const long forced = [] {
     const char* text = std::getenv("ACTORPIPE_GROUP_SPIN_US");
-    return std::chrono::microseconds(text ? std::atol(text) : 0);
+    return text ? std::atol(text) : -1L;
   }();
-  return window;
+  if (forced >= 0) return std::chrono::microseconds(forced);
+  const bool small = bytes <= (size_t{32} << 10);
+  return std::chrono::microseconds(small && pollWindow.count() == 0 ? 2000 : 0);
 }
 
 // Event loops poll for a while after activity so a busy link never pays a
@@ -94,9 +100,10 @@ TreeCore::~TreeCore() {
 }
 
 Error TreeCore::start() {
+  pollWindow_ = pollWindowFor(info);
   context_ = std::make_shared<Context>(ContextOptions()
                                           .name("rank " + std::to_string(info.rank))
-                                          .pollWindow(pollWindowFor(info)));
+                                          .pollWindow(pollWindow_));
   context_->registerTransport(0, "tcp", transport::uv::create());
   context_->registerTransport(10, "shm", transport::shm::create());
   context_->registerChannel(0, "basic", channel::basic::create());
@@ -1121,7 +1128,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   begin();
   lock.unlock();
 
-  const auto spinUntil = Clock::now() + spinWindow();
+  const auto spinUntil = Clock::now() + spinWindow(operation->totalBytes, pollWindow_);
   while (!operationFinished_.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
     std::this_thread::yield();
   }

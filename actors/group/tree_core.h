@@ -13,6 +13,7 @@
 // descriptor that belongs to the next collective (a fast neighbour) waits on
 // its link, its data still on the wire, until that collective starts.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -185,6 +186,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool closing_{false};
   int abortsInFlight_{0};
   bool rendezvousFileOwned_{false};
+  std::chrono::microseconds pollWindow_{200};
 };
 
 } // namespace actorpipe::group
