@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,27 @@
 #include <actorpipe/runtime/pipe.h>
 
 namespace actorpipe::group {
+
+// Small helpers shared by the algorithms' files.
+inline Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
+  const size_t element = dtypeSize(tensor.dtype);
+  return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
+}
+
+inline uint8_t* bytesOf(const Tensor& tensor) { return static_cast<uint8_t*>(tensor.data); }
+
+inline Message::Tensor outgoing(void* data, size_t length) {
+  Message::Tensor tensor;
+  tensor.buffer = CpuBuffer{data};
+  tensor.length = length;
+  return tensor;
+}
+
+inline bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk, int& contributors) {
+  std::istringstream in(text);
+  std::string kind;
+  return (in >> kind >> sequence >> chunk >> contributors) && kind == "D";
+}
 
 struct Link {
   int peer{-1};
