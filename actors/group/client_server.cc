@@ -118,6 +118,8 @@ Error Server::receiveAny(Received& message, const std::string& tag, const std::v
   return mailbox_->receive(-1, true, tag, into, message, timeout);
 }
 
+bool Server::hasMessage(int client) const { return mailbox_->ready(client) > 0; }
+
 TrafficStats Server::stats() const { return mailbox_->stats(0, true); }
 TrafficStats Server::stats(int client) const { return mailbox_->stats(client, false); }
 

@@ -103,6 +103,9 @@ class Server {
   Error receiveAny(Received& message, const std::string& tag = "",
                    const std::vector<Tensor>& into = {}, Timeout timeout = kForever);
 
+  // Whether a message from `client` is here already (a receive would not wait).
+  bool hasMessage(int client) const;
+
   TrafficStats stats() const;
   TrafficStats stats(int client) const;
   void close();

@@ -346,6 +346,13 @@ Error Mailbox::send(const std::vector<int>& to, const Outgoing& outgoing) {
   return *firstError;
 }
 
+size_t Mailbox::ready(int peer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return 0;
+  return it->second.inbox.size() + (it->second.holding ? 1 : 0);
+}
+
 TrafficStats Mailbox::stats(int peer, bool all) const {
   std::lock_guard<std::mutex> lock(mutex_);
   TrafficStats total;

@@ -35,6 +35,8 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
                 Received& message, Timeout timeout);
 
   TrafficStats stats(int peer, bool all) const;
+  // Messages of `peer` that a receive would get without waiting.
+  size_t ready(int peer) const;
   void close();
   Context& context() { return *context_; }
 

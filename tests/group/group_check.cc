@@ -377,7 +377,12 @@ void checkClientServer(Tree& tree) {
   }
   ok(tree.barrier(), "barrier before receiveAny");
   if (r == 0) {
-    std::this_thread::sleep_for(200ms);  // every client's first message is here
+    // Wait until every client's first message is here, so that the order
+    // of service shows the policy, not the order of arrival.
+    const auto waitUntil = Clock::now() + 10s;
+    for (int id : server->clients()) {
+      while (!server->hasMessage(id) && Clock::now() < waitUntil) std::this_thread::sleep_for(1ms);
+    }
     std::vector<int> served(n, 0);
     std::vector<int> firstRound;
     for (int k = 0; k < perClient * (n - 1); ++k) {
