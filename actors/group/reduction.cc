@@ -10,14 +10,18 @@
 
 #include <actorpipe/actors/group/tensor.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 
+#if ACTORPIPE_HAVE_THRUST
 #include <thrust/execution_policy.h>
 #include <thrust/fill.h>
 #include <thrust/functional.h>
 #include <thrust/transform.h>
+#endif
 
 namespace actorpipe::group {
 
@@ -44,6 +48,32 @@ const char* dtypeName(DType dtype) {
 }
 
 namespace {
+
+// The element-wise kernels: Thrust's host backend, or the standard library
+// when Thrust is not installed (same operations, same order, same results).
+#if ACTORPIPE_HAVE_THRUST
+template <typename T> using Plus = thrust::plus<T>;
+template <typename T> using Times = thrust::multiplies<T>;
+template <typename... Args>
+void transformElements(Args&&... args) {
+  thrust::transform(thrust::host, std::forward<Args>(args)...);
+}
+template <typename T>
+void fillElements(T* begin, T* end, T value) {
+  thrust::fill(thrust::host, begin, end, value);
+}
+#else
+template <typename T> using Plus = std::plus<T>;
+template <typename T> using Times = std::multiplies<T>;
+template <typename... Args>
+void transformElements(Args&&... args) {
+  std::transform(std::forward<Args>(args)...);
+}
+template <typename T>
+void fillElements(T* begin, T* end, T value) {
+  std::fill(begin, end, value);
+}
+#endif
 
 template <typename T>
 struct MinOf {
@@ -74,16 +104,16 @@ void combineTyped(Reduction::Kind kind, const Tensor& acc, const Tensor& in) {
   switch (kind) {
     case Reduction::Kind::kSum:
     case Reduction::Kind::kAverage:
-      thrust::transform(thrust::host, a, a + n, b, a, thrust::plus<T>());
+      transformElements(a, a + n, b, a, Plus<T>());
       break;
     case Reduction::Kind::kProduct:
-      thrust::transform(thrust::host, a, a + n, b, a, thrust::multiplies<T>());
+      transformElements(a, a + n, b, a, Times<T>());
       break;
     case Reduction::Kind::kMin:
-      thrust::transform(thrust::host, a, a + n, b, a, MinOf<T>());
+      transformElements(a, a + n, b, a, MinOf<T>());
       break;
     case Reduction::Kind::kMax:
-      thrust::transform(thrust::host, a, a + n, b, a, MaxOf<T>());
+      transformElements(a, a + n, b, a, MaxOf<T>());
       break;
     case Reduction::Kind::kCustom:
       break;
@@ -121,8 +151,7 @@ void Reduction::finish(const Tensor& result, int contributors) const {
   byDType(result.dtype, [&](auto zero) {
     using T = decltype(zero);
     T* a = static_cast<T*>(result.data);
-    thrust::transform(thrust::host, a, a + result.count, a,
-                      DividedBy<T>{static_cast<T>(contributors)});
+    transformElements(a, a + result.count, a, DividedBy<T>{static_cast<T>(contributors)});
   });
 }
 
@@ -138,7 +167,7 @@ void Reduction::fillIdentity(const Tensor& tensor) const {
       default: value = T(0); break;
     }
     T* a = static_cast<T*>(tensor.data);
-    thrust::fill(thrust::host, a, a + tensor.count, value);
+    fillElements(a, a + tensor.count, value);
   });
 }
 
