@@ -57,6 +57,10 @@ struct TreeOptions {
   // Power-of-two groups of 4+ on one host: calls of at most this many bytes
   // use recursive doubling (log2 N exchanges; the tree takes 2 log2 N hops).
   size_t doublingThreshold{size_t{32} << 10};
+  // Links between hosts: 0 keeps them on one TCP connection (uv + basic);
+  // N > 0 also offers the mpt channel with N lanes, which links between
+  // hosts then negotiate (same-host links keep cma or xth).
+  size_t crossHostLanes{0};
 };
 
 // Whether this rank has data for an allReduce (torch-ipc's uneven steps: a

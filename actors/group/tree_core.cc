@@ -11,6 +11,7 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/uv/factory.h>
@@ -89,6 +90,12 @@ Error TreeCore::start() {
   context_->registerChannel(0, "basic", channel::basic::create());
   context_->registerChannel(10, "cma", channel::cma::create());
   context_->registerChannel(20, "xth", channel::xth::create());
+  if (options.crossHostLanes > 0) {
+    // Offered to every peer, but same-host pairs still pick cma or xth (higher
+    // priority sums); pairs on different hosts, where cma is not offered,
+    // pick mpt over basic.
+    context_->registerChannel(5, "mpt", channel::mpt::create(options.crossHostLanes, info.address));
+  }
   listener_ = context_->listen({"shm://", "tcp://" + info.address + ":0"});
   std::string url;
   try {

@@ -435,6 +435,7 @@ int main(int argc, char** argv) {
   options.rendezvousTimeout = std::chrono::seconds(20);
   options.operationTimeout = std::chrono::seconds(60);
   if (const char* radix = std::getenv("GROUP_CHECK_RADIX")) options.radix = std::atoi(radix);
+  if (const char* lanes = std::getenv("GROUP_CHECK_LANES")) options.crossHostLanes = std::atoi(lanes);
 
   // Scenarios that need the group formed differently come first.
   if (!args.empty() && args[0] == "absent") {
