@@ -1,6 +1,9 @@
 // The launcher and the failure paths, checked from outside: each case runs
 // actorpipe-run as a child and reads its output and exit status.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,10 +19,16 @@ struct Run {
   double seconds{0};
 };
 
+Run runShell(const std::string& command);
+
 Run run(const std::string& arguments) {
+  return runShell(std::string(ACTORPIPE_RUN) + " " + arguments);
+}
+
+Run runShell(const std::string& shellCommand) {
   const auto start = std::chrono::steady_clock::now();
   Run result;
-  const std::string command = std::string(ACTORPIPE_RUN) + " " + arguments + " 2>&1";
+  const std::string command = shellCommand + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   char buffer[4096];
@@ -41,6 +50,19 @@ int count(const std::string& text, const std::string& needle) {
 }
 
 const std::string kCheck = GROUP_CHECK;
+
+// A port nobody listens on right now.
+int freePort() {
+  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(probe);
+  return ntohs(address.sin_port);
+}
 
 } // namespace
 
@@ -107,4 +129,40 @@ TEST_CASE("a rank that never shows up fails the rendezvous of every other rank")
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(count(r.output, "saw: rendezvous failed: rank 2 of 3 never showed up") == 2);
+}
+
+TEST_CASE("torchrun's variables: rank 0 listens on MASTER_ADDR:MASTER_PORT") {
+  // Rank 1 starts first and retries until rank 0 listens.
+  const std::string common = "env -u ACTORPIPE_RANK WORLD_SIZE=2 MASTER_ADDR=localhost MASTER_PORT=" +
+                             std::to_string(freePort());
+  Run r = runShell("sh -c '" + common + " RANK=1 " + kCheck + " sum & sleep 0.3; " + common +
+                   " RANK=0 " + kCheck + " sum; zero=$?; wait $!; one=$?; exit $((zero + one))'");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(count(r.output, "ok sum") == 1);
+}
+
+TEST_CASE("OpenMPI's variables, with the rendezvous in a shared directory") {
+  char dir[] = "/tmp/group-ompi-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string common = std::string("env OMPI_COMM_WORLD_SIZE=3 PMIX_NAMESPACE=test-") +
+                             std::to_string(::getpid()) + " ACTORPIPE_RENDEZVOUS_DIR=" + dir;
+  std::string script;
+  for (int rank = 2; rank >= 1; --rank) {
+    script += common + " OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + " " + kCheck + " sum & ";
+  }
+  script += common + " OMPI_COMM_WORLD_RANK=0 " + kCheck + " sum; status=$?; "
+            "for p in $(jobs -p); do wait $p || status=1; done; exit $status";
+  Run r = runShell("sh -c '" + script + "'");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(count(r.output, "ok sum") == 1);
+  CHECK(::rmdir(dir) == 0);  // empty: rank 0 removed its file
+}
+
+TEST_CASE("a group of one") {
+  Run r = run("-n 1 -- " + kCheck + " sum uneven broadcast");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(count(r.output, "ok broadcast") == 1);
 }
