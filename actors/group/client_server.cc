@@ -94,7 +94,10 @@ Error Server::create(const std::string& host, int port, std::unique_ptr<Server>&
   return Error::kSuccess;
 }
 
-Server::~Server() { close(); }
+Server::~Server() {
+  close();
+  mailbox_->shutdown();
+}
 
 int Server::port() const { return port_; }
 
@@ -178,7 +181,7 @@ Error Client::connect(const std::string& host, int port, Timeout retryFor,
   }
 }
 
-Client::~Client() { close(); }
+Client::~Client() { mailbox_->shutdown(); }
 
 Error Client::send(const Outgoing& message) { return mailbox_->send({-1}, message); }
 

@@ -46,7 +46,10 @@ std::shared_ptr<Context> makeMessagingContext(const std::string& name) {
   return context;
 }
 
-Mailbox::~Mailbox() {
+Mailbox::~Mailbox() { shutdown(); }
+
+void Mailbox::shutdown() {
+  if (shutDown_.exchange(true)) return;
   close();
   context_->join();
 }

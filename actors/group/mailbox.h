@@ -2,6 +2,7 @@
 // What Server and Client share: a set of peers (pipes), each with at most
 // one descriptor held while its data waits on the wire, and an inbox of
 // messages already read (those a tag-filtered receive skipped).
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -34,6 +35,10 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
   Error receive(int peer, bool any, const std::string& tag, const std::vector<Tensor>& into,
                 Received& message, Timeout timeout);
 
+  // close(), then waits for every callback; on the owner's thread (a pipe
+  // callback may briefly hold the last reference, and a Context must not
+  // be joined from its own callbacks).
+  void shutdown();
   TrafficStats stats(int peer, bool all) const;
   // Messages of `peer` that a receive would get without waiting.
   size_t ready(int peer) const;
@@ -71,6 +76,7 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
   std::map<int, Peer> peers_;
   int cursor_{0};  // receiveAny starts after the peer it served last
   bool closed_{false};
+  std::atomic<bool> shutDown_{false};
 };
 
 } // namespace actorpipe::group

@@ -6,11 +6,14 @@ namespace actorpipe::group {
 
 Tree::Tree(std::shared_ptr<TreeCore> core) : core_(std::move(core)) {}
 
-Tree::~Tree() { core_->close(); }
+Tree::~Tree() { core_->shutdown(); }
 
 Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique_ptr<Tree>& tree) {
   auto core = std::make_shared<TreeCore>(info, options);
-  if (Error error = core->start()) return error;
+  if (Error error = core->start()) {
+    core->shutdown();
+    return error;
+  }
   tree.reset(new Tree(std::move(core)));
   return Error::kSuccess;
 }

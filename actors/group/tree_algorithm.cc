@@ -155,6 +155,10 @@ void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
     if (op->error) self->changed_.notify_all();
     if (self->closing_) return;
     if (error) {
+      // The peer may have failed the group and told us so on this link's
+      // other direction: when a descriptor is on its way, let it decide
+      // whom to blame (the abort notice, or the connection's end).
+      if (target->readingDescriptor) return;
       self->failLink(*target, error);
       return;
     }

@@ -27,6 +27,9 @@ using Lock = std::unique_lock<std::recursive_mutex>;
 // still point into the caller's tensors, before it closes every pipe to end
 // them (a failed group is not used again).
 constexpr auto kQuiesceGrace = std::chrono::seconds(2);
+// How long a rank whose group failed keeps its pipes open after its abort
+// notices left (see close()).
+constexpr auto kAbortLinger = std::chrono::milliseconds(300);
 // How long a caller spins (yielding to its own loop thread, which shares
 // its CPU when ranks are bound) before it sleeps. A vCPU that goes idle here
 // halts, and waking a thread on a halted vCPU costs ~40 µs
@@ -74,7 +77,13 @@ TreeCore::CallbackScope::~CallbackScope() {
 TreeCore::TreeCore(RankInfo info_, TreeOptions options_)
     : info(std::move(info_)), options(options_) {}
 
-TreeCore::~TreeCore() {
+TreeCore::~TreeCore() { shutdown(); }
+
+// On the owner's thread (Tree's destructor, or a failed create()): a pipe
+// callback may hold the last reference for a moment, and a Context must not
+// be joined from its own callbacks.
+void TreeCore::shutdown() {
+  if (shutDown_.exchange(true)) return;
   close();
   if (context_) context_->join();
   if (rendezvousFileOwned_) removeRendezvousFile(info);
@@ -330,6 +339,12 @@ void TreeCore::close() {
   // A failed group's abort notices must leave before the pipes close, or a
   // neighbour would only see our connection end and blame us.
   changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return abortsInFlight_ == 0; });
+  if (broken_ && !weak.expired()) {
+    // And linger a little: a neighbour still pulling a tensor from us, or
+    // whose write to us is pending, would see our end close before it reads
+    // the notice behind them, and blame us for the failure.
+    changed_.wait_until(lock, Clock::now() + kAbortLinger, [] { return false; });
+  }
   closing_ = true;
   if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
   if (operation_ && !operation_->finished && !operation_->error) {

@@ -151,6 +151,8 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool useDoubling(size_t bytes, size_t chunks) const;
   size_t ringChunkBytes(size_t bytes) const;
   void close();
+  // close(), then waits for every callback and removes rank 0's rendezvous file.
+  void shutdown();
   std::vector<std::string> describeLinks() const;
 
   RankInfo info;
@@ -203,6 +205,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   std::shared_ptr<Operation> operation_;
   std::atomic<bool> operationFinished_{false};
   std::atomic<bool> handOver_{false};
+  std::atomic<bool> shutDown_{false};
   uint64_t sequence_{0};
   Error broken_;
   bool closing_{false};
