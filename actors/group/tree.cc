@@ -61,6 +61,11 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->ringChunkBytes(total));
     operation->ring = true;
+    // Power-of-two groups: recursive halving, fewer steps for the same bytes.
+    if (core_->useHalving(total)) {
+      operation->ring = false;
+      operation->halving = true;
+    }
   } else {
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->options.chunkBytes);

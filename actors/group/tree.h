@@ -15,8 +15,9 @@
 // fixed order; rank 0 finishes the reduction and the result travels back
 // down as bytes. Large calls are cut into chunks, so chunk k climbs while
 // chunk k-1 is being reduced and chunk k-2 descends. Large calls among ranks
-// of one host go round a ring instead (TreeOptions::ringThreshold), where
-// each value is likewise computed by exactly one rank, in a fixed order;
+// of one host go round a ring instead (TreeOptions::ringThreshold), or, for
+// power-of-two groups, through recursive halving and doubling; there each
+// value is likewise computed by exactly one rank, in a fixed order;
 // small calls between two ranks are one exchange, and small calls among a
 // power-of-two group on one host use recursive doubling, where partners
 // compute the same expression in the same order.

@@ -22,6 +22,11 @@ void TreeCore::onData(Link& link, size_t chunk, int contributors) {
     checkFinished();
     return;
   }
+  if (op.halving) {
+    onHalvingData(link, chunk, contributors);
+    checkFinished();
+    return;
+  }
   if (op.doubling) {
     op.cubeReceived[chunk] = 1;
     op.cubeTheirs[chunk] = contributors;
@@ -171,8 +176,10 @@ void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
 void TreeCore::begin() {
   Operation& op = *operation_;
   const size_t chunks = op.chunks.size();
-  if (op.ring || op.exchange || op.doubling) {
-    if (op.ring) {
+  if (op.ring || op.exchange || op.doubling || op.halving) {
+    if (op.halving) {
+      beginHalving();
+    } else if (op.ring) {
       beginRing();
     } else if (op.exchange) {
       beginExchange();
@@ -240,7 +247,8 @@ void TreeCore::checkFinished() {
   Operation& op = *operation_;
   if (op.finished || op.error) return;
   const size_t needed = op.kind == Operation::Kind::kScatter ? 1 : op.chunks.size();
-  const bool allIn = op.ring ? op.ringReceived == op.ringExpected : op.chunksFinal == needed;
+  const bool allIn = op.ring || op.halving ? op.ringReceived == op.ringExpected
+                                           : op.chunksFinal == needed;
   if (allIn && op.pendingWrites == 0) {
     op.finished = true;
     operationFinished_ = true;

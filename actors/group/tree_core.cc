@@ -411,6 +411,7 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
 size_t TreeCore::expectedFrom(const Link& link) const {
   const Operation& op = *operation_;
   if (op.ring) return link.ringPrev ? op.ringExpected : 0;
+  if (op.halving) return link.cubeStep >= 0 ? op.halvingExpectedFrom[link.cubeStep] : 0;
   if (op.doubling) return link.cubeStep >= 0 ? 1 : 0;
   const bool treeLink = link.toParent || link.childIndex >= 0;
   if (!treeLink) return 0;
@@ -444,6 +445,7 @@ void TreeCore::consume(Link& link) {
   const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
   if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
       (op.ring       ? chunk >= ringSteps * chunks
+       : op.halving  ? chunk >= 2 * cube_.size() * chunks
        : op.doubling ? chunk != static_cast<size_t>(link.cubeStep)
                      : chunk != link.consumed)) {
     fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
@@ -460,10 +462,11 @@ void TreeCore::consume(Link& link) {
       l.scratchBytes = bytes;
     }
   };
-  if (op.ring) {
+  if (op.ring || op.halving) {
     const size_t step = chunk / chunks;
     const size_t c = chunk % chunks;
-    const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
+    const bool gathering = op.ring ? step + 1 >= static_cast<size_t>(info.worldSize)
+                                   : step >= cube_.size();
     if (gathering || contributors > 0) {
       if (!gathering) grow(link, op.totalBytes);
       for (const auto& segment : op.chunks[c].segments) {
@@ -608,7 +611,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
     // A neighbour that left is an error only for collectives that need it
     // (a ring-only neighbour does not take part in a broadcast, say).
     const bool involved = operation->ring       ? (link->ringNext || link->ringPrev)
-                          : operation->doubling ? link->cubeStep >= 0
+                          : operation->doubling || operation->halving ? link->cubeStep >= 0
                                                 : (link->toParent || link->childIndex >= 0);
     if (link->departed && involved && !broken_) {
       fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));

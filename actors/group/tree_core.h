@@ -109,6 +109,14 @@ struct Operation {
   std::vector<char> exchangeReceived;
   std::vector<int> exchangeTheirs;
 
+  // Recursive halving (power-of-two ranks on one host, large calls): per
+  // chunk, how many reduce-scatter steps it went through, and per step and
+  // chunk the partner's contributor count once its data is in (-1 before).
+  bool halving{false};
+  std::vector<int> halvingLevel;
+  std::vector<std::vector<int>> halvingTheirs;
+  std::vector<size_t> halvingExpectedFrom;  // per doubling partner (bit)
+
   // Recursive doubling (power-of-two ranks on one host, small calls): per
   // step, whether our send is done and the partner's data is in.
   bool doubling{false};
@@ -149,6 +157,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool useRing(size_t bytes) const;
   bool useExchange(size_t bytes) const;
   bool useDoubling(size_t bytes, size_t chunks) const;
+  bool useHalving(size_t bytes) const;
   size_t ringChunkBytes(size_t bytes) const;
   void close();
   // close(), then waits for every callback and removes rank 0's rendezvous file.
@@ -182,6 +191,10 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void write(Link& link, Message message, std::function<void()> sent = nullptr);
   void beginExchange();
   void beginDoubling();
+  void beginHalving();
+  void onHalvingData(const Link& link, size_t index, int contributors);
+  void advanceHalving(size_t chunk);
+  void sendHalving(size_t phaseStep, int bit, size_t chunk, int contributors);
   void sendCube(size_t step);
   void advanceCube();
   void settleExchange(size_t chunk);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <doctest/doctest.h>
 
@@ -100,12 +101,15 @@ TEST_CASE("actorpipe-run rejects a missing rank count or program") {
 }
 
 TEST_CASE("a rank killed mid-collective is named by every survivor") {
-  for (int victim : {3, 0}) {
+  // 16 MiB: 5 ranks go round the ring, 4 use recursive halving.
+  for (auto [ranks, victim] : {std::pair{5, 3}, std::pair{5, 0}, std::pair{4, 1}}) {
+    CAPTURE(ranks);
     CAPTURE(victim);
-    Run r = run("-n 5 --keep-going -- " + kCheck + " die " + std::to_string(victim));
+    Run r = run("-n " + std::to_string(ranks) + " --keep-going -- " + kCheck + " die " +
+                std::to_string(victim));
     INFO(r.output);
     CHECK(r.status == 128 + 9);
-    CHECK(count(r.output, "saw: rank " + std::to_string(victim) + " failed") == 4);
+    CHECK(count(r.output, "saw: rank " + std::to_string(victim) + " failed") == ranks - 1);
     CHECK(count(r.output, "FAILED") == 0);
     CHECK(r.seconds < 60);
   }
