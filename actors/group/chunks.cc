@@ -1,0 +1,50 @@
+#include <actorpipe/actors/group/chunks.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace actorpipe::group {
+
+size_t defaultChunkBytes(size_t totalBytes) {
+  // Measured on the benchmark machine (docs/benchmarks-groups.md): a message
+  // costs tens of microseconds of fixed overhead, so small calls go whole; big
+  // ones are cut so that the links and the reduction overlap.
+  if (const char* forced = std::getenv("ACTORPIPE_CHUNK_BYTES")) {
+    const long value = std::atol(forced);
+    if (value > 0) return static_cast<size_t>(value);
+  }
+  const size_t whole = size_t{512} << 10;
+  if (totalBytes <= whole) return std::max<size_t>(totalBytes, 8);
+  return std::clamp<size_t>(totalBytes / 8, size_t{256} << 10, size_t{4} << 20);
+}
+
+std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chunkBytes) {
+  std::vector<Chunk> chunks;
+  Chunk current;
+  size_t packed = 0;
+  for (int t = 0; t < static_cast<int>(tensors.size()); ++t) {
+    const size_t element = dtypeSize(tensors[t].dtype);
+    const size_t bytes = tensors[t].bytes();
+    // Slices hold whole elements, so every slice can be reduced on its own.
+    const size_t limit = std::max(element, chunkBytes / element * element);
+    size_t offset = 0;
+    while (offset < bytes) {
+      size_t room = limit > current.bytes ? limit - current.bytes : 0;
+      room = room / element * element;
+      if (room == 0) {
+        chunks.push_back(std::move(current));
+        current = Chunk{};
+        room = limit;
+      }
+      const size_t take = std::min(bytes - offset, room);
+      current.segments.push_back(Segment{t, offset, take, packed});
+      current.bytes += take;
+      offset += take;
+      packed += take;
+    }
+  }
+  if (!current.segments.empty() || chunks.empty()) chunks.push_back(std::move(current));
+  return chunks;
+}
+
+} // namespace actorpipe::group

@@ -1,0 +1,31 @@
+#pragma once
+// Rendezvous: every rank learns every other rank's host and pipe URL.
+//
+// Rank 0 listens (on the rendezvous TCP address, or on an ephemeral port it
+// then publishes in the rendezvous file, written to a temporary name and
+// renamed, so a reader sees the whole address or nothing). Every other rank
+// connects (retrying until its deadline: rank 0 may start last), says who
+// it is, and waits for the table, which rank 0 sends once every rank has
+// checked in. If some rank never does, rank 0 tells everyone who is missing,
+// so every rank fails with the same clear RendezvousError.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <actorpipe/actors/group/environment.h>
+#include <actorpipe/runtime/context.h>
+
+namespace actorpipe::group {
+
+struct Member {
+  std::string host;
+  std::string url;  // where this rank accepts tree links
+};
+
+Error rendezvous(Context& context, const RankInfo& me, const std::string& myUrl,
+                 std::chrono::milliseconds timeout, std::vector<Member>& table);
+
+// Removes rank 0's rendezvous file, if the rendezvous used one.
+void removeRendezvousFile(const RankInfo& me);
+
+} // namespace actorpipe::group

@@ -1,0 +1,135 @@
+#include <actorpipe/actors/group/tree_core.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace actorpipe::group {
+
+// --- the ring all-reduce ----------------------------------------------------
+//
+// For large calls on one host. The chunks are dealt into N segments; in
+// N - 1 reduce-scatter steps each rank adds its data to the partial sum it
+// receives and passes it on, so rank r ends with the final value of
+// segment r + 1, computed once, in one fixed order; in N - 1 all-gather
+// steps the final segments travel round as bytes. Every rank moves
+// 2 (N - 1) / N of the data and reduces 1 / N of it, all ranks at once,
+// where the tree's root reduces everything. Results are bit-identical on
+// every rank, as with the tree (each value is computed by one rank only).
+
+bool TreeCore::ringAllowed() {
+  const char* text = std::getenv("ACTORPIPE_GROUP_RING");
+  return text == nullptr || std::string(text) != "0";
+}
+
+bool TreeCore::useRing(size_t bytes) const {
+  if (!ringReady()) return false;
+  size_t threshold = options.ringThreshold;
+  if (const char* text = std::getenv("ACTORPIPE_RING_THRESHOLD")) threshold = std::atol(text);
+  return bytes >= threshold;
+}
+
+size_t TreeCore::ringChunkBytes(size_t bytes) const {
+  if (options.chunkBytes) return options.chunkBytes;
+  if (const char* text = std::getenv("ACTORPIPE_RING_CHUNK_BYTES")) return std::atol(text);
+  // Each segment in about four pieces, so that steps overlap, of 256 KiB to
+  // 1 MiB: smaller pieces pay the per-message cost too often, larger ones
+  // overlap too little (docs/benchmarks-groups.md).
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t target = std::clamp<size_t>(bytes / (n * 4), size_t{256} << 10, size_t{1} << 20);
+  const size_t perSegment = std::max<size_t>(1, (bytes / n + target - 1) / target);
+  return std::max<size_t>(8, (bytes + n * perSegment - 1) / (n * perSegment));
+}
+
+void TreeCore::beginRing() {
+  Operation& op = *operation_;
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t chunks = op.chunks.size();
+  const size_t mine = static_cast<size_t>(info.rank);
+  op.segmentOf.resize(chunks);
+  size_t inMine = 0, inFinal = 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    op.segmentOf[c] = static_cast<int>(c * n / chunks);
+    inMine += op.segmentOf[c] == static_cast<int>(mine);
+    inFinal += op.segmentOf[c] == static_cast<int>((mine + 1) % n);
+  }
+  // Reduce-scatter brings every segment but ours, all-gather every final
+  // segment but the one we finish.
+  op.ringExpected = (chunks - inMine) + (chunks - inFinal);
+  const int contributors = op.contributes ? 1 : 0;
+  for (size_t c = 0; c < chunks; ++c) {
+    if (op.segmentOf[c] == static_cast<int>(mine)) sendRing(0, c, contributors);
+  }
+}
+
+void TreeCore::sendRing(size_t step, size_t chunk, int contributors) {
+  const Operation& op = *operation_;
+  // Partial sums without any contribution travel empty; final values always.
+  const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
+  Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
+  message.metadata = "D " + std::to_string(op.sequence) + " " +
+                     std::to_string(step * op.chunks.size() + chunk) + " " +
+                     std::to_string(contributors);
+  write(*ringNext_, std::move(message));
+}
+
+void TreeCore::onRingData(size_t index, int contributors) {
+  Operation& op = *operation_;
+  const size_t n = static_cast<size_t>(info.worldSize);
+  const size_t chunks = op.chunks.size();
+  const size_t step = index / chunks;
+  const size_t chunk = index % chunks;
+  const size_t r = static_cast<size_t>(info.rank);
+  // Which segment this step must bring: a check that both ends agree.
+  const size_t expectedSegment =
+      step + 1 < n ? (r + 2 * n - step - 1) % n : (r + 2 * n - (step - (n - 1))) % n;
+  if (static_cast<size_t>(op.segmentOf[chunk]) != expectedSegment) {
+    fail(ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(ringPrev_->peer) +
+                                         " sent chunk " + std::to_string(chunk) + " at ring step " +
+                                         std::to_string(step) + ": ranks disagree on the ring"));
+    return;
+  }
+  ++op.ringReceived;
+  if (step + 1 >= n) {  // all-gather: the final bytes are in place
+    op.contributors = contributors;
+    if (step + 1 < 2 * n - 2) sendRing(step + 1, chunk, contributors);
+    return;
+  }
+  int count = op.contributes ? 1 : 0;
+  try {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      const Tensor& tensor = op.tensors[segment.tensor];
+      uint8_t* mine = bytesOf(tensor) + segment.offset;
+      uint8_t* incoming = ringPrev_->scratch.get() + segment.packed;
+      if (contributors == 0) break;
+      if (count == 0) {
+        std::memcpy(mine, incoming, segment.length);
+      } else {
+        op.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
+      }
+    }
+    count += contributors;
+    if (step + 2 == n) {  // this rank finishes the chunk
+      for (const auto& segment : op.chunks[chunk].segments) {
+        const Tensor& tensor = op.tensors[segment.tensor];
+        Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+        if (count == 0) {
+          op.reduction->fillIdentity(result);
+        } else {
+          op.reduction->finish(result, count);
+        }
+      }
+      op.contributors = count;
+      sendRing(step + 1, chunk, count);
+      return;
+    }
+  } catch (const std::exception& e) {
+    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+    return;
+  }
+  sendRing(step + 1, chunk, count);
+}
+
+} // namespace actorpipe::group

@@ -1,0 +1,105 @@
+#include <actorpipe/actors/group/tree.h>
+
+#include <actorpipe/actors/group/tree_core.h>
+
+namespace actorpipe::group {
+
+Tree::Tree(std::shared_ptr<TreeCore> core) : core_(std::move(core)) {}
+
+Tree::~Tree() { core_->shutdown(); }
+
+Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique_ptr<Tree>& tree) {
+  auto core = std::make_shared<TreeCore>(info, options);
+  if (Error error = core->start()) {
+    core->shutdown();
+    return error;
+  }
+  tree.reset(new Tree(std::move(core)));
+  return Error::kSuccess;
+}
+
+Error Tree::fromEnvironment(const TreeOptions& options, std::unique_ptr<Tree>& tree) {
+  RankInfo info;
+  if (Error error = rankInfoFromEnvironment(info)) return error;
+  return create(info, options, tree);
+}
+
+int Tree::rank() const { return core_->info.rank; }
+int Tree::size() const { return core_->info.worldSize; }
+const RankInfo& Tree::info() const { return core_->info; }
+const TreeNode& Tree::node() const { return core_->tree[core_->info.rank]; }
+std::vector<std::string> Tree::links() const { return core_->describeLinks(); }
+
+namespace {
+
+std::shared_ptr<Operation> allReduceOf(const std::vector<Tensor>& tensors, const Reduction& op,
+                                       bool contributes, size_t chunkBytes) {
+  auto operation = std::make_shared<Operation>();
+  operation->kind = Operation::Kind::kAllReduce;
+  operation->name = "allReduce";
+  operation->tensors = tensors;
+  operation->reduction = &op;
+  operation->contributes = contributes;
+  for (const auto& tensor : tensors) operation->totalBytes += tensor.bytes();
+  operation->chunks = cutIntoChunks(
+      tensors, chunkBytes ? chunkBytes : defaultChunkBytes(operation->totalBytes));
+  return operation;
+}
+
+} // namespace
+
+Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op) {
+  return allReduce(tensors, op, Contribution::kData, nullptr);
+}
+
+Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
+                      Contribution contribution, int* contributors) {
+  size_t total = 0;
+  for (const auto& tensor : tensors) total += tensor.bytes();
+  std::shared_ptr<Operation> operation;
+  if (core_->useRing(total)) {
+    operation = allReduceOf(tensors, op, contribution == Contribution::kData,
+                            core_->ringChunkBytes(total));
+    operation->ring = true;
+    // Power-of-two groups: recursive halving, fewer steps for the same bytes.
+    if (core_->useHalving(total)) {
+      operation->ring = false;
+      operation->halving = true;
+    }
+  } else {
+    operation = allReduceOf(tensors, op, contribution == Contribution::kData,
+                            core_->options.chunkBytes);
+    operation->exchange = core_->useExchange(total);
+    operation->doubling = !operation->exchange && core_->useDoubling(total, operation->chunks.size());
+  }
+  Error error = core_->run(operation);
+  if (!error && contributors) *contributors = operation->contributors;
+  return error;
+}
+
+Error Tree::broadcast(const std::vector<Tensor>& tensors) {
+  static const Reduction unused = Reduction::sum();
+  auto operation = allReduceOf(tensors, unused, true, core_->options.chunkBytes);
+  operation->kind = Operation::Kind::kBroadcast;
+  operation->name = "broadcast";
+  return core_->run(operation);
+}
+
+Error Tree::scatter(const std::vector<Tensor>& perRank, const Tensor& mine) {
+  auto operation = std::make_shared<Operation>();
+  operation->kind = Operation::Kind::kScatter;
+  operation->name = "scatter";
+  operation->tensors = {mine};
+  operation->perRank = perRank;
+  operation->totalBytes = mine.bytes();
+  return core_->run(operation);
+}
+
+Error Tree::barrier() {
+  static const Reduction unused = Reduction::sum();
+  return allReduce({}, unused);
+}
+
+void Tree::close() { core_->close(); }
+
+} // namespace actorpipe::group

@@ -1,0 +1,667 @@
+#include <actorpipe/actors/group/tree_core.h>
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/mpt/factory.h>
+#include <actorpipe/channels/xth/factory.h>
+#include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/factory.h>
+
+namespace actorpipe::group {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Lock = std::unique_lock<std::recursive_mutex>;
+
+// After a failure, how long a collective waits for reads and writes that
+// still point into the caller's tensors, before it closes every pipe to end
+// them (a failed group is not used again).
+constexpr auto kQuiesceGrace = std::chrono::seconds(2);
+// How long a rank whose group failed keeps its pipes open after its abort
+// notices left (see close()).
+constexpr auto kAbortLinger = std::chrono::milliseconds(300);
+// How long a caller spins (yielding to its own loop thread, which shares
+// its CPU when ranks are bound) before it sleeps. A vCPU that goes idle here
+// halts, and waking a thread on a halted vCPU costs ~40 µs
+// (../shared/NOTES.md), more than a whole small call. Where the loops poll,
+// they keep the CPU awake and a spinning caller would only fight its own
+// loop thread for the CPU; where they do not (more ranks than CPUs), small
+// calls spin so that messages from the other CPU land at once. Large calls
+// never spin: the caller would take CPU time from the copies and
+// reductions (docs/benchmarks-groups.md).
+std::chrono::microseconds spinWindow(size_t bytes, std::chrono::microseconds pollWindow) {
+  static const long forced = [] {
+    const char* text = std::getenv("ACTORPIPE_GROUP_SPIN_US");
+    return text ? std::atol(text) : -1L;
+  }();
+  if (forced >= 0) return std::chrono::microseconds(forced);
+  const bool small = bytes <= (size_t{32} << 10);
+  return std::chrono::microseconds(small && pollWindow.count() == 0 ? 2000 : 0);
+}
+
+// Event loops poll for a while after activity so a busy link never pays a
+// wake-up. But when this host runs more ranks than it has CPUs, a polling
+// rank burns the CPU another rank on it needs to make progress: there, loops
+// sleep at once. ACTORPIPE_POLL_US overrides.
+std::chrono::microseconds pollWindowFor(const RankInfo& info) {
+  if (const char* text = std::getenv("ACTORPIPE_POLL_US")) {
+    return std::chrono::microseconds(std::atol(text));
+  }
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  int cpus = 1;
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = CPU_COUNT(&allowed);
+  // Bound to one CPU (actorpipe-run's default): count the machine's instead.
+  if (cpus == 1) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const bool oversubscribed = info.localSize > std::max(cpus, 1);
+  return std::chrono::microseconds(oversubscribed ? 0 : 200);
+}
+
+} // namespace
+
+TreeCore::CallbackScope::~CallbackScope() {
+  lock.unlock();
+  if (core.handOver_.exchange(false)) std::this_thread::yield();
+}
+
+TreeCore::TreeCore(RankInfo info_, TreeOptions options_)
+    : info(std::move(info_)), options(options_) {}
+
+TreeCore::~TreeCore() { shutdown(); }
+
+// On the owner's thread (Tree's destructor, or a failed create()): a pipe
+// callback may hold the last reference for a moment, and a Context must not
+// be joined from its own callbacks.
+void TreeCore::shutdown() {
+  if (shutDown_.exchange(true)) return;
+  close();
+  if (context_) context_->join();
+  if (rendezvousFileOwned_) removeRendezvousFile(info);
+}
+
+Error TreeCore::start() {
+  pollWindow_ = pollWindowFor(info);
+  context_ = std::make_shared<Context>(ContextOptions()
+                                          .name("rank " + std::to_string(info.rank))
+                                          .pollWindow(pollWindow_));
+  context_->registerTransport(0, "tcp", transport::uv::create());
+  context_->registerTransport(10, "shm", transport::shm::create());
+  context_->registerChannel(0, "basic", channel::basic::create());
+  context_->registerChannel(10, "cma", channel::cma::create());
+  context_->registerChannel(20, "xth", channel::xth::create());
+  if (options.crossHostLanes > 0) {
+    // Offered to every peer, but same-host pairs still pick cma or xth (higher
+    // priority sums); pairs on different hosts, where cma is not offered,
+    // pick mpt over basic.
+    context_->registerChannel(5, "mpt", channel::mpt::create(options.crossHostLanes, info.address));
+  }
+  listener_ = context_->listen({"shm://", "tcp://" + info.address + ":0"});
+  std::string url;
+  try {
+    url = listener_->url("tcp");
+  } catch (const std::exception&) {
+  }
+  if (url.empty()) {
+    return ACTORPIPE_ERROR(RendezvousError, "rank " + std::to_string(info.rank) +
+                                                " could not listen on " + info.address);
+  }
+  std::vector<Member> table;
+  Error error = rendezvous(*context_, info, url, options.rendezvousTimeout, table);
+  rendezvousFileOwned_ = info.rank == 0;
+  if (error) return error;
+  std::vector<std::string> hosts;
+  for (const auto& member : table) hosts.push_back(member.host);
+  try {
+    tree = buildTree(hosts, options.radix);
+  } catch (const std::invalid_argument& e) {
+    return ACTORPIPE_ERROR(LogicError, e.what());
+  }
+  return connectLinks(table);
+}
+
+// Children connect to their parent (the URL names TCP; same-host pairs then
+// move to shm) and introduce themselves; the parent waits for all of them.
+Error TreeCore::connectLinks(const std::vector<Member>& table) {
+  Lock lock(mutex_);
+  if (me().parent >= 0) {
+    auto link = std::make_unique<Link>();
+    link->peer = me().parent;
+    link->toParent = true;
+    link->pipe = context_->connect(table[me().parent].url);
+    Message hello;
+    hello.metadata = "link " + std::to_string(info.rank);
+    link->pipe->write(std::move(hello), [](const Error&) {});
+    links_.push_back(std::move(link));
+  }
+  for (size_t i = 0; i < me().children.size(); ++i) {
+    auto link = std::make_unique<Link>();
+    link->peer = me().children[i];
+    link->childIndex = static_cast<int>(i);
+    links_.push_back(std::move(link));
+  }
+  // The ring (rank r sends to r + 1) exists when every rank is on one host.
+  // A ring neighbour that is also a tree neighbour shares its pipe: both
+  // ends know the tree, so both pick the same pipe.
+  bool oneHost = true;
+  for (const auto& member : table) oneHost = oneHost && member.host == table[0].host;
+  const int n = info.worldSize;
+  if (oneHost && n >= 2 && ringAllowed()) {
+    const int next = (info.rank + 1) % n;
+    const int prev = (info.rank + n - 1) % n;
+    Link* toNext = linkTo(next);
+    if (!toNext) {
+      auto link = std::make_unique<Link>();
+      link->peer = next;
+      link->pipe = context_->connect(table[next].url);
+      Message hello;
+      hello.metadata = "ring " + std::to_string(info.rank);
+      link->pipe->write(std::move(hello), [](const Error&) {});
+      toNext = link.get();
+      links_.push_back(std::move(link));
+    }
+    Link* fromPrev = linkTo(prev);
+    if (!fromPrev) {
+      auto link = std::make_unique<Link>();
+      link->peer = prev;
+      fromPrev = link.get();
+      links_.push_back(std::move(link));
+    }
+    toNext->ringNext = true;
+    fromPrev->ringPrev = true;
+    ringNext_ = toNext;
+    ringPrev_ = fromPrev;
+  }
+  // Recursive doubling's partners (r xor 2^k), for power-of-two groups of
+  // four or more on one host; the higher rank of a pair connects.
+  const bool powerOfTwo = n >= 4 && (n & (n - 1)) == 0;
+  if (oneHost && powerOfTwo && doublingAllowed()) {
+    for (int step = 0; (1 << step) < n; ++step) {
+      const int partner = info.rank ^ (1 << step);
+      Link* link = linkTo(partner);
+      if (!link) {
+        auto created = std::make_unique<Link>();
+        created->peer = partner;
+        if (info.rank > partner) {
+          created->pipe = context_->connect(table[partner].url);
+          Message hello;
+          hello.metadata = "cube " + std::to_string(info.rank);
+          created->pipe->write(std::move(hello), [](const Error&) {});
+        }
+        link = created.get();
+        links_.push_back(std::move(created));
+      }
+      link->cubeStep = step;
+      cube_.push_back(link);
+    }
+  }
+  lock.unlock();
+
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  auto acceptNext = std::make_shared<std::function<void()>>();
+  std::weak_ptr<std::function<void()>> again = acceptNext;
+  // Shared: the last accept() is still pending when this function returns.
+  auto acceptError = std::make_shared<Error>();
+  *acceptNext = [this, weak, again, acceptError]() {
+    listener_->accept([this, weak, again, acceptError](const Error& error,
+                                                       std::shared_ptr<Pipe> pipe) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (error) {
+        Lock lock(mutex_);
+        if (!*acceptError) *acceptError = error;
+        changed_.notify_all();
+        return;
+      }
+      pipe->readDescriptor([this, weak, pipe](const Error& error, Descriptor descriptor) {
+        auto self = weak.lock();
+        if (!self || error) return;
+        pipe->read(Allocation{}, [](const Error&) {});
+        std::istringstream in(descriptor.metadata);
+        std::string word;
+        int rank = -1;
+        if (!(in >> word >> rank) || (word != "link" && word != "ring" && word != "cube")) return;
+        Lock lock(mutex_);
+        Link* link = linkTo(rank);
+        const bool expected = word == "link"   ? link && link->childIndex >= 0
+                              : word == "ring" ? link && link->ringPrev && !link->toParent
+                                               : link && link->cubeStep >= 0 && !link->toParent;
+        if (expected && !link->pipe) {
+          link->pipe = pipe;
+          changed_.notify_all();
+        }
+      });
+      if (auto next = again.lock()) (*next)();
+    });
+  };
+  (*acceptNext)();
+
+  lock.lock();
+  auto linked = [&] {
+    for (const auto& link : links_) {
+      if (!link->pipe) return false;
+    }
+    return true;
+  };
+  changed_.wait_until(lock, Clock::now() + options.rendezvousTimeout,
+                      [&] { return linked() || static_cast<bool>(*acceptError); });
+  if (!linked()) {
+    std::string missing;
+    for (const auto& link : links_) {
+      if (!link->pipe) missing += (missing.empty() ? "" : ", ") + std::to_string(link->peer);
+    }
+    Error error = *acceptError ? *acceptError
+                              : ACTORPIPE_ERROR(RendezvousError,
+                                                "rank(s) " + missing + " never linked to rank " +
+                                                    std::to_string(info.rank));
+    acceptNext.reset();
+    return error;
+  }
+  acceptNext.reset();
+  listener_->close();
+  for (auto& link : links_) readNext(*link);
+  lock.unlock();
+  // The group is formed once every link's handshake is done (so links()
+  // can say what each negotiated); a peer that died meanwhile shows up as
+  // a failed link at the first collective.
+  const auto deadline = Clock::now() + options.rendezvousTimeout;
+  auto broken = [&] {
+    Lock check(mutex_);
+    return static_cast<bool>(broken_);
+  };
+  for (auto& link : links_) {
+    while (!link->pipe->info().established && !broken() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return Error::kSuccess;
+}
+
+Link* TreeCore::linkTo(int rank) {
+  for (auto& link : links_) {
+    if (link->peer == rank) return link.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> TreeCore::describeLinks() const {
+  Lock lock(mutex_);
+  std::vector<std::string> lines;
+  for (const auto& link : links_) {
+    std::string line = (link->toParent             ? "parent "
+                        : link->childIndex >= 0    ? "child "
+                        : link->ringNext || link->ringPrev ? "ring "
+                                                           : "partner ") +
+                       std::to_string(link->peer) + ": ";
+    if (link->pipe) {
+      PipeInfo pipeInfo = link->pipe->info();
+      auto channel = pipeInfo.channels.find("cpu");
+      line += pipeInfo.transport + "/" +
+              (channel != pipeInfo.channels.end() ? channel->second : std::string("?"));
+    }
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+void TreeCore::close() {
+  Lock lock(mutex_);
+  if (closing_) return;
+  std::weak_ptr<TreeCore> weak = weak_from_this();  // empty when called by the destructor
+  if (!broken_ && context_ && !weak.expired()) {
+    // A neighbour that sees our connection end must know we left on purpose
+    // (after our last collective), not that we died in one.
+    auto remaining = std::make_shared<int>(0);
+    for (auto& link : links_) {
+      if (!link->pipe || link->departed) continue;
+      ++*remaining;
+      Message bye;
+      bye.metadata = "bye";
+      link->pipe->write(std::move(bye), [weak, remaining](const Error&) {
+        auto self = weak.lock();
+        if (!self) return;
+        Lock lock(self->mutex_);
+        --*remaining;
+        self->changed_.notify_all();
+      });
+    }
+    changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return *remaining == 0; });
+  }
+  // A failed group's abort notices must leave before the pipes close, or a
+  // neighbour would only see our connection end and blame us.
+  changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return abortsInFlight_ == 0; });
+  if (broken_ && !weak.expired()) {
+    // And linger a little: a neighbour still pulling a tensor from us, or
+    // whose write to us is pending, would see our end close before it reads
+    // the notice behind them, and blame us for the failure.
+    changed_.wait_until(lock, Clock::now() + kAbortLinger, [] { return false; });
+  }
+  closing_ = true;
+  if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
+  if (operation_ && !operation_->finished && !operation_->error) {
+    operation_->error = broken_;
+  }
+  operationFinished_ = true;
+  changed_.notify_all();
+  lock.unlock();
+  if (context_) context_->close();
+}
+
+// --- reading: one descriptor outstanding per link, always ------------------
+
+void TreeCore::readNext(Link& link) {
+  if (closing_ || link.departed || link.readingDescriptor || link.holdsDescriptor || link.readingData) return;
+  link.readingDescriptor = true;
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  Link* target = &link;
+  link.pipe->readDescriptor([weak, target](const Error& error, Descriptor descriptor) {
+    auto self = weak.lock();
+    if (!self) return;
+    CallbackScope scope(*self);
+    self->onDescriptor(*target, error, std::move(descriptor));
+  });
+}
+
+void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descriptor) {
+  link.readingDescriptor = false;
+  if (closing_) return;
+  if (error) {
+    failLink(link, error);
+    return;
+  }
+  if (descriptor.metadata.rfind("abort ", 0) == 0) {
+    // "abort <rank> <kind> <reason>": the same error, retold by each rank.
+    std::istringstream in(descriptor.metadata.substr(6));
+    int rank = -1;
+    std::string kind;
+    in >> rank >> kind;
+    std::string reason;
+    std::getline(in, reason);
+    if (!reason.empty() && reason[0] == ' ') reason.erase(0, 1);
+    if (kind == "rank") {
+      fail(ACTORPIPE_ERROR(RankFailedError, rank, reason));
+    } else if (kind == "logic") {
+      fail(ACTORPIPE_ERROR(LogicError, reason));
+    } else {
+      fail(ACTORPIPE_ERROR(TimeoutError, reason));
+    }
+    return;
+  }
+  if (descriptor.metadata == "bye") {
+    link.departed = true;  // and read no further: its end of the pipe is closing
+    if (operation_ && !operation_->finished && link.consumed < expectedFrom(link)) {
+      fail(ACTORPIPE_ERROR(RankFailedError, link.peer, "it left the group during a collective"));
+    }
+    return;
+  }
+  link.holdsDescriptor = true;
+  link.descriptor = std::move(descriptor);
+  pump(link);
+}
+
+size_t TreeCore::expectedFrom(const Link& link) const {
+  const Operation& op = *operation_;
+  if (op.ring) return link.ringPrev ? op.ringExpected : 0;
+  if (op.halving) return link.cubeStep >= 0 ? op.halvingExpectedFrom[link.cubeStep] : 0;
+  if (op.doubling) return link.cubeStep >= 0 ? 1 : 0;
+  const bool treeLink = link.toParent || link.childIndex >= 0;
+  if (!treeLink) return 0;
+  switch (op.kind) {
+    case Operation::Kind::kAllReduce: return op.chunks.size();
+    case Operation::Kind::kBroadcast: return link.toParent ? op.chunks.size() : 0;
+    case Operation::Kind::kScatter: return link.toParent ? 1 : 0;
+  }
+  return 0;
+}
+
+void TreeCore::pump(Link& link) {
+  if (!operation_ || operation_->finished || operation_->error || !link.holdsDescriptor ||
+      link.readingData) {
+    return;
+  }
+  if (link.consumed >= expectedFrom(link)) return;  // it belongs to the next collective
+  consume(link);
+}
+
+void TreeCore::consume(Link& link) {
+  Operation& op = *operation_;
+  const Descriptor& d = link.descriptor;
+  uint64_t sequence = 0;
+  size_t chunk = 0;
+  int contributors = 0;
+  const std::string from = "rank " + std::to_string(link.peer);
+  // Tree messages come in chunk order; ring messages are numbered
+  // step * chunks + chunk and may overtake each other across steps.
+  const size_t chunks = op.chunks.size();
+  const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
+  if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
+      (op.ring       ? chunk >= ringSteps * chunks
+       : op.halving  ? chunk >= 2 * cube_.size() * chunks
+       : op.doubling ? chunk != static_cast<size_t>(link.cubeStep)
+                     : chunk != link.consumed)) {
+    fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
+                                         " #" + std::to_string(op.sequence) +
+                                         ": ranks called different collectives"));
+    return;
+  }
+
+  Allocation allocation;
+  std::vector<size_t> lengths;
+  auto grow = [](Link& l, size_t bytes) {
+    if (l.scratchBytes < bytes) {
+      l.scratch.reset(new uint8_t[bytes]);
+      l.scratchBytes = bytes;
+    }
+  };
+  if (op.ring || op.halving) {
+    const size_t step = chunk / chunks;
+    const size_t c = chunk % chunks;
+    const bool gathering = op.ring ? step + 1 >= static_cast<size_t>(info.worldSize)
+                                   : step >= cube_.size();
+    if (gathering || contributors > 0) {
+      if (!gathering) grow(link, op.totalBytes);
+      for (const auto& segment : op.chunks[c].segments) {
+        uint8_t* base = gathering ? bytesOf(op.tensors[segment.tensor]) + segment.offset
+                                  : link.scratch.get() + segment.packed;
+        allocation.tensors.push_back({CpuBuffer{base}});
+        lengths.push_back(segment.length);
+      }
+    }
+  } else if (op.exchange || op.doubling) {
+    if (contributors > 0) {
+      grow(link, op.totalBytes);
+      for (const auto& segment : op.chunks[op.doubling ? 0 : chunk].segments) {
+        allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
+        lengths.push_back(segment.length);
+      }
+    }
+  } else if (op.kind == Operation::Kind::kScatter) {
+    const size_t share = op.tensors[0].bytes();
+    grow(link, share * op.subtree.size());
+    for (size_t i = 0; i < op.subtree.size(); ++i) {
+      void* target = i == 0 ? op.tensors[0].data : link.scratch.get() + (i - 1) * share;
+      allocation.tensors.push_back({CpuBuffer{target}});
+      lengths.push_back(share);
+    }
+  } else if (link.toParent) {
+    for (const auto& segment : op.chunks[chunk].segments) {
+      allocation.tensors.push_back({CpuBuffer{bytesOf(op.tensors[segment.tensor]) + segment.offset}});
+      lengths.push_back(segment.length);
+    }
+  } else if (contributors > 0) {
+    grow(link, op.totalBytes);
+    for (const auto& segment : op.chunks[chunk].segments) {
+      allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
+      lengths.push_back(segment.length);
+    }
+  }
+  bool fits = d.tensors.size() == lengths.size() && d.payloads.empty();
+  for (size_t i = 0; fits && i < lengths.size(); ++i) fits = d.tensors[i].length == lengths[i];
+  if (!fits) {
+    fail(ACTORPIPE_ERROR(LogicError, from + " called " + op.name + " #" +
+                                         std::to_string(op.sequence) +
+                                         " with tensors of other sizes than rank " +
+                                         std::to_string(info.rank)));
+    return;
+  }
+
+  link.holdsDescriptor = false;
+  link.readingData = true;
+  std::weak_ptr<TreeCore> weak = shared_from_this();
+  Link* target = &link;
+  link.pipe->read(std::move(allocation), [weak, target, chunk, contributors](const Error& error) {
+    auto self = weak.lock();
+    if (!self) return;
+    CallbackScope scope(*self);
+    target->readingData = false;
+    // Only a failed collective waits for reads to end (see run()).
+    if (!self->operation_ || self->operation_->error) self->changed_.notify_all();
+    if (self->closing_) return;
+    if (error) {
+      self->failLink(*target, error);
+      return;
+    }
+    ++target->consumed;
+    self->readNext(*target);
+    self->onData(*target, chunk, contributors);
+  });
+}
+
+// --- failures ---------------------------------------------------------------
+
+void TreeCore::failLink(Link& link, const Error& error) {
+  fail(ACTORPIPE_ERROR(RankFailedError, link.peer,
+                       "its link to rank " + std::to_string(info.rank) + " broke (" +
+                           error.what() + ")"));
+}
+
+void TreeCore::fail(Error error) {
+  if (broken_) return;
+  broken_ = error;
+  sendAbort(error);
+  if (operation_ && !operation_->finished && !operation_->error) operation_->error = error;
+  operationFinished_ = true;
+  changed_.notify_all();
+}
+
+// Tells every neighbour, so the news crosses the whole tree: each rank that
+// hears it fails and passes it on, naming the same rank.
+void TreeCore::sendAbort(const Error& error) {
+  int rank = -1;
+  std::string kind = "timeout";
+  std::string reason = error.what();
+  if (auto failed = error.castToType<RankFailedError>()) {
+    rank = failed->rank();
+    kind = "rank";
+    reason = failed->reason();
+  } else if (error.isOfType<LogicError>()) {
+    kind = "logic";
+    const std::string prefix = "logic error: ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+  } else if (error.isOfType<TimeoutError>()) {
+    const std::string prefix = "timed out: ";
+    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+  }
+  for (auto& link : links_) {
+    if (!link->pipe) continue;
+    Message message;
+    message.metadata = "abort " + std::to_string(rank) + " " + kind + " " + reason;
+    ++abortsInFlight_;
+    std::weak_ptr<TreeCore> weak = weak_from_this();
+    link->pipe->write(std::move(message), [weak](const Error&) {
+      auto self = weak.lock();
+      if (!self) return;
+      Lock lock(self->mutex_);
+      --self->abortsInFlight_;
+      self->changed_.notify_all();
+    });
+  }
+}
+
+bool TreeCore::readsInFlight() const {
+  for (const auto& link : links_) {
+    if (link->readingData) return true;
+  }
+  return false;
+}
+
+Error TreeCore::run(std::shared_ptr<Operation> operation) {
+  std::lock_guard<std::mutex> oneAtATime(callers_);
+  for (const auto& tensor : operation->tensors) {
+    if (tensor.device.type != kCpuDeviceType) {
+      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " on " +
+                                             tensor.device.type +
+                                             " tensors needs a build with that device's backend");
+    }
+    if (tensor.data == nullptr && tensor.count > 0) {
+      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " got a null tensor");
+    }
+  }
+  Lock lock(mutex_);
+  for (auto& link : links_) {
+    // A neighbour that left is an error only for collectives that need it
+    // (a ring-only neighbour does not take part in a broadcast, say).
+    const bool involved = operation->ring       ? (link->ringNext || link->ringPrev)
+                          : operation->doubling || operation->halving ? link->cubeStep >= 0
+                                                : (link->toParent || link->childIndex >= 0);
+    if (link->departed && involved && !broken_) {
+      fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
+    }
+  }
+  if (broken_) return broken_;
+  operation->sequence = ++sequence_;
+  operationFinished_ = false;
+  for (auto& link : links_) link->consumed = 0;
+  operation_ = operation;
+  begin();
+  lock.unlock();
+
+  const auto spinUntil = Clock::now() + spinWindow(operation->totalBytes, pollWindow_);
+  while (!operationFinished_.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
+    std::this_thread::yield();
+  }
+
+  lock.lock();
+  const auto deadline = Clock::now() + options.operationTimeout;
+  Operation& op = *operation;
+  while (!op.finished && !op.error) {
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !op.finished &&
+        !op.error) {
+      std::string waitingFor;
+      for (const auto& link : links_) {
+        if (link->consumed < expectedFrom(*link)) {
+          waitingFor += (waitingFor.empty() ? "" : ", ") + std::to_string(link->peer);
+        }
+      }
+      fail(ACTORPIPE_ERROR(TimeoutError,
+                           std::string(op.name) + " #" + std::to_string(op.sequence) +
+                               " at rank " + std::to_string(info.rank) + " waited " +
+                               std::to_string(options.operationTimeout.count()) +
+                               " ms for rank(s) " + (waitingFor.empty() ? "?" : waitingFor)));
+    }
+  }
+  if (op.error) {
+    // Reads and writes may still point into the caller's tensors: let them end.
+    auto quiet = [&] { return op.pendingWrites == 0 && !readsInFlight(); };
+    if (!changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet)) {
+      lock.unlock();
+      context_->close();
+      lock.lock();
+      changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet);
+    }
+  }
+  operation_.reset();
+  handOver_ = false;  // when begin() finished the call itself, nobody waits to be handed the CPU
+  return op.error;
+}
+
+} // namespace actorpipe::group

@@ -1,0 +1,230 @@
+#pragma once
+// The state behind a Tree: its Context, one link per tree neighbour, and the
+// collective in progress, driven by pipe callbacks.
+//
+// Threads: pipe callbacks run on the loop threads of the links' transports
+// (shm and tcp have one each), the caller waits on its own thread. One
+// recursive mutex guards everything; pipe calls are made while holding it
+// (they only post to the pipe's actor), and recursive because a pipe that
+// is already closed calls back at once, on the calling thread.
+//
+// Each link keeps one readDescriptor outstanding at all times, so a
+// neighbour's death or abort notice is seen even between collectives. A
+// descriptor that belongs to the next collective (a fast neighbour) waits on
+// its link, its data still on the wire, until that collective starts.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <actorpipe/actors/group/chunks.h>
+#include <actorpipe/actors/group/rendezvous.h>
+#include <actorpipe/actors/group/tree.h>
+#include <actorpipe/runtime/context.h>
+#include <actorpipe/runtime/listener.h>
+#include <actorpipe/runtime/message.h>
+#include <actorpipe/runtime/pipe.h>
+
+namespace actorpipe::group {
+
+// Small helpers shared by the algorithms' files.
+inline Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
+  const size_t element = dtypeSize(tensor.dtype);
+  return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
+}
+
+inline uint8_t* bytesOf(const Tensor& tensor) { return static_cast<uint8_t*>(tensor.data); }
+
+inline Message::Tensor outgoing(void* data, size_t length) {
+  Message::Tensor tensor;
+  tensor.buffer = CpuBuffer{data};
+  tensor.length = length;
+  return tensor;
+}
+
+inline bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk, int& contributors) {
+  std::istringstream in(text);
+  std::string kind;
+  return (in >> kind >> sequence >> chunk >> contributors) && kind == "D";
+}
+
+struct Link {
+  int peer{-1};
+  bool toParent{false};
+  int childIndex{-1};  // position in TreeNode::children; -1 when not a child
+  bool ringNext{false};  // the ring all-reduce sends to this peer
+  bool ringPrev{false};  // ... and receives from this one (both when 2 ranks)
+  int cubeStep{-1};      // recursive doubling: the step at which this peer is our partner
+  std::shared_ptr<Pipe> pipe;
+  bool readingDescriptor{false};
+  bool holdsDescriptor{false};
+  Descriptor descriptor;
+  bool readingData{false};
+  bool departed{false};  // the peer said goodbye (closed its Tree after its last collective)
+  size_t consumed{0};  // messages of the current collective read from this link
+  // A child's contributions land here (allReduce) or a subtree's share (scatter).
+  std::unique_ptr<uint8_t[]> scratch;
+  size_t scratchBytes{0};
+};
+
+struct Operation {
+  enum class Kind { kAllReduce, kBroadcast, kScatter };
+  Kind kind{Kind::kAllReduce};
+  uint64_t sequence{0};
+  const char* name{"allReduce"};
+  std::vector<Tensor> tensors;
+  const Reduction* reduction{nullptr};
+  bool contributes{true};
+  std::vector<Chunk> chunks;
+  size_t totalBytes{0};
+
+  // Climbing: per chunk, how many children delivered it, and each child's
+  // contributor count for it.
+  std::vector<int> childrenDelivered;
+  std::vector<std::vector<int>> childContributors;
+  size_t chunksClimbed{0};
+  // Descending.
+  size_t chunksFromParent{0};
+  size_t chunksFinal{0};
+  int contributors{0};
+
+  // Ring all-reduce (one host, large calls): chunk -> segment, and how many
+  // messages come from the ring's previous rank.
+  bool ring{false};
+  std::vector<int> segmentOf;
+  size_t ringExpected{0};
+  size_t ringReceived{0};
+
+  // Exchange (two ranks, small calls): both send at once, and both combine
+  // rank 0's data with rank 1's, in that order, once the peer has pulled
+  // ours (its memory is ours until then).
+  bool exchange{false};
+  std::vector<char> exchangeSent;
+  std::vector<char> exchangeReceived;
+  std::vector<int> exchangeTheirs;
+
+  // Recursive halving (power-of-two ranks on one host, large calls): per
+  // chunk, how many reduce-scatter steps it went through, and per step and
+  // chunk the partner's contributor count once its data is in (-1 before).
+  bool halving{false};
+  std::vector<int> halvingLevel;
+  std::vector<std::vector<int>> halvingTheirs;
+  std::vector<size_t> halvingExpectedFrom;  // per doubling partner (bit)
+
+  // Recursive doubling (power-of-two ranks on one host, small calls): per
+  // step, whether our send is done and the partner's data is in.
+  bool doubling{false};
+  size_t cubeAt{0};
+  int cubeCount{0};
+  std::vector<char> cubeSent;
+  std::vector<char> cubeReceived;
+  std::vector<int> cubeTheirs;
+
+  // Scatter: the root's per-rank tensors, and this rank's subtree share.
+  std::vector<Tensor> perRank;
+  std::vector<int> subtree;
+
+  int pendingWrites{0};
+  bool finished{false};
+  Error error;
+};
+
+class TreeCore : public std::enable_shared_from_this<TreeCore> {
+ public:
+  // Holds the lock for a pipe callback. If the callback finished the
+  // collective, it then yields the CPU: the caller it woke usually shares
+  // this CPU (ranks are bound to one), and the loop thread would otherwise
+  // keep polling there for its whole window before the caller runs.
+  struct CallbackScope {
+    explicit CallbackScope(TreeCore& core) : core(core), lock(core.mutex_) {}
+    ~CallbackScope();
+    TreeCore& core;
+    std::unique_lock<std::recursive_mutex> lock;
+  };
+
+  TreeCore(RankInfo info, TreeOptions options);
+  ~TreeCore();
+
+  Error start();
+  Error run(std::shared_ptr<Operation> operation);
+  // Whether an allReduce of `bytes` goes round the ring (same on every rank).
+  bool useRing(size_t bytes) const;
+  bool useExchange(size_t bytes) const;
+  bool useDoubling(size_t bytes, size_t chunks) const;
+  bool useHalving(size_t bytes) const;
+  size_t ringChunkBytes(size_t bytes) const;
+  void close();
+  // close(), then waits for every callback and removes rank 0's rendezvous file.
+  void shutdown();
+  std::vector<std::string> describeLinks() const;
+
+  RankInfo info;
+  TreeOptions options;
+  std::vector<TreeNode> tree;
+
+ private:
+  const TreeNode& me() const { return tree[info.rank]; }
+  Error connectLinks(const std::vector<Member>& table);
+  void readNext(Link& link);
+  void onDescriptor(Link& link, const Error& error, Descriptor descriptor);
+  void pump(Link& link);
+  size_t expectedFrom(const Link& link) const;
+  void consume(Link& link);
+  void onData(Link& link, size_t chunk, int contributors);
+  void begin();
+  void climb(size_t chunk);
+  void beginRing();
+  void onRingData(size_t index, int contributors);
+  void sendRing(size_t step, size_t chunk, int contributors);
+  bool ringReady() const { return ringNext_ != nullptr; }
+  static bool ringAllowed();
+  static bool doublingAllowed();
+  void descend(size_t chunk);
+  void beginScatter();
+  // `sent` (if set) runs under the lock once the peer has the message.
+  void write(Link& link, Message message, std::function<void()> sent = nullptr);
+  void beginExchange();
+  void beginDoubling();
+  void beginHalving();
+  void onHalvingData(const Link& link, size_t index, int contributors);
+  void advanceHalving(size_t chunk);
+  void sendHalving(size_t phaseStep, int bit, size_t chunk, int contributors);
+  void sendCube(size_t step);
+  void advanceCube();
+  void settleExchange(size_t chunk);
+  void checkFinished();
+  void fail(Error error);
+  void failLink(Link& link, const Error& error);
+  Link* linkTo(int rank);
+  Message chunkMessage(size_t chunk, int contributors, bool withTensors);
+  bool readsInFlight() const;
+  void sendAbort(const Error& error);
+
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), children in order, ring-only links
+  Link* ringNext_{nullptr};
+  Link* ringPrev_{nullptr};
+  std::vector<Link*> cube_;  // partner per doubling step; empty when not used
+  mutable std::recursive_mutex mutex_;
+  std::condition_variable_any changed_;
+  std::mutex callers_;  // one collective at a time
+  std::shared_ptr<Operation> operation_;
+  std::atomic<bool> operationFinished_{false};
+  std::atomic<bool> handOver_{false};
+  std::atomic<bool> shutDown_{false};
+  uint64_t sequence_{0};
+  Error broken_;
+  bool closing_{false};
+  int abortsInFlight_{0};
+  bool rendezvousFileOwned_{false};
+  std::chrono::microseconds pollWindow_{200};
+};
+
+} // namespace actorpipe::group

@@ -1,0 +1,228 @@
+// In-process tests of the pieces that need no group: the tree's shape,
+// how calls are cut into chunks, the reductions, and reading environments.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+
+#include <doctest/doctest.h>
+
+#include <actorpipe/actors/group/client_server.h>
+#include <actorpipe/runtime/error.h>
+
+#include <actorpipe/actors/group/chunks.h>
+#include <actorpipe/actors/group/environment.h>
+#include <actorpipe/actors/group/errors.h>
+#include <actorpipe/actors/group/slurm_tree.h>
+#include <actorpipe/actors/group/tensor.h>
+#include <actorpipe/actors/group/topology.h>
+
+using namespace actorpipe::group;
+
+namespace {
+
+// Every rank reaches the root through parents, and parent/child agree.
+void checkIsTree(const std::vector<TreeNode>& tree) {
+  const int n = static_cast<int>(tree.size());
+  CHECK(tree[0].parent == -1);
+  for (int r = 1; r < n; ++r) {
+    const int parent = tree[r].parent;
+    REQUIRE(parent >= 0);
+    REQUIRE(parent < n);
+    const auto& siblings = tree[parent].children;
+    CHECK(std::count(siblings.begin(), siblings.end(), r) == 1);
+    int hops = 0;
+    for (int at = r; at != 0 && hops <= n; at = tree[at].parent) ++hops;
+    CHECK(hops <= n);
+  }
+  CHECK(subtreeOf(tree, 0).size() == static_cast<size_t>(n));
+}
+
+} // namespace
+
+TEST_CASE("k-nomial trees are valid for any size and radix") {
+  for (int radix : {2, 3, 4, 7}) {
+    for (int n = 1; n <= 70; ++n) {
+      CAPTURE(radix);
+      CAPTURE(n);
+      checkIsTree(buildTree(std::vector<std::string>(n, "host"), radix));
+    }
+  }
+  // Binomial: 0's children are 1, 2, 4; 6's parent is 4.
+  auto tree = buildTree(std::vector<std::string>(8, "h"), 2);
+  CHECK(tree[0].children == std::vector<int>{1, 2, 4});
+  CHECK(tree[6].parent == 4);
+  CHECK(knomialParent(7, 2) == 6);
+  CHECK(knomialChildren(0, 9, 3) == std::vector<int>{1, 2, 3, 6});
+  CHECK_THROWS(buildTree({"h"}, 1));
+}
+
+TEST_CASE("ranks of one host form a subtree; one leader per host crosses hosts") {
+  // Round-robin placement: ranks alternate between two hosts.
+  std::vector<std::string> hosts;
+  for (int r = 0; r < 9; ++r) hosts.push_back(r % 3 == 0 ? "a" : (r % 3 == 1 ? "b" : "c"));
+  auto tree = buildTree(hosts, 2);
+  checkIsTree(tree);
+  int crossing = 0;
+  for (int r = 1; r < 9; ++r) {
+    if (hosts[r] != hosts[tree[r].parent]) {
+      ++crossing;
+      CHECK(tree[r].hostLeader);
+    }
+  }
+  CHECK(crossing == 2);  // three hosts, two links between them
+  CHECK(tree[0].hostLeader);
+  CHECK(tree[1].hostLeader);
+  CHECK(tree[2].hostLeader);
+  CHECK_FALSE(tree[3].hostLeader);
+}
+
+TEST_CASE("chunks cover every byte once, in whole elements") {
+  std::vector<float> a(1000);
+  std::vector<double> b(333);
+  std::vector<uint8_t> c(5);
+  std::vector<Tensor> tensors{tensorOf(a), tensorOf(b), tensorOf(c)};
+  for (size_t chunkBytes : {size_t(1), size_t(7), size_t(64), size_t(4096), size_t(1) << 20}) {
+    CAPTURE(chunkBytes);
+    auto chunks = cutIntoChunks(tensors, chunkBytes);
+    std::vector<size_t> covered(3, 0);
+    size_t packed = 0;
+    for (const auto& chunk : chunks) {
+      size_t bytes = 0;
+      for (const auto& segment : chunk.segments) {
+        CHECK(segment.offset == covered[segment.tensor]);
+        CHECK(segment.length % dtypeSize(tensors[segment.tensor].dtype) == 0);
+        CHECK(segment.packed == packed);
+        covered[segment.tensor] += segment.length;
+        packed += segment.length;
+        bytes += segment.length;
+      }
+      CHECK(bytes == chunk.bytes);
+    }
+    CHECK(covered == std::vector<size_t>{4000, 2664, 5});
+  }
+  CHECK(cutIntoChunks({}, 4096).size() == 1);  // a barrier still travels
+}
+
+TEST_CASE("reductions on every dtype") {
+  std::vector<int32_t> a{1, 5, -3}, b{4, 2, -7};
+  Reduction::sum().apply(tensorOf(a), tensorOf(b));
+  CHECK(a == std::vector<int32_t>{5, 7, -10});
+  std::vector<double> x{1.5, 2}, y{2, 0.25};
+  Reduction::product().apply(tensorOf(x), tensorOf(y));
+  CHECK(x == std::vector<double>{3, 0.5});
+  std::vector<int64_t> p{1, 9}, q{3, 2};
+  Reduction::min().apply(tensorOf(p), tensorOf(q));
+  CHECK(p == std::vector<int64_t>{1, 2});
+  std::vector<float> f{1, 9}, g{3, 2};
+  Reduction::max().apply(tensorOf(f), tensorOf(g));
+  CHECK(f == std::vector<float>{3, 9});
+  std::vector<float> mean{10, 20};
+  Reduction::average().finish(tensorOf(mean), 4);
+  CHECK(mean == std::vector<float>{2.5f, 5});
+  std::vector<int64_t> identity(2);
+  Reduction::min().fillIdentity(tensorOf(identity));
+  CHECK(identity[0] == std::numeric_limits<int64_t>::max());
+  Tensor onDevice = tensorOf(f);
+  onDevice.device = actorpipe::Device{actorpipe::kCudaDeviceType, 0};
+  CHECK_THROWS(Reduction::sum().apply(onDevice, onDevice));
+}
+
+TEST_CASE("rank info from each launcher's variables, ours first") {
+  RankInfo info;
+  CHECK_FALSE(rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "2"},
+                                             {"ACTORPIPE_WORLD_SIZE", "4"},
+                                             {"ACTORPIPE_RENDEZVOUS", "file:///tmp/x"},
+                                             {"SLURM_PROCID", "1"}}));
+  CHECK(info.source == "actorpipe");
+  CHECK(info.rank == 2);
+  CHECK(info.rendezvous == "file:///tmp/x");
+
+  CHECK_FALSE(rankInfoFromEnvironment(info, {{"SLURM_PROCID", "3"},
+                                             {"SLURM_NTASKS", "4"},
+                                             {"SLURM_JOB_NUM_NODES", "2"},
+                                             {"SLURM_NODEID", "1"},
+                                             {"SLURM_LOCALID", "1"},
+                                             {"SLURM_JOBID", "77"},
+                                             {"SLURM_STEP_ID", "0"},
+                                             {"SLURMD_NODENAME", "n2"},
+                                             {"ACTORPIPE_RENDEZVOUS_DIR", "/shared"},
+                                             {"ACTORPIPE_ADDRESS", "10.0.0.2"}}));
+  CHECK(info.source == "slurm");
+  CHECK(info.rank == 3);
+  CHECK(info.nodes == 2);
+  CHECK(info.host == "n2");
+  CHECK(info.rendezvous == "file:///shared/slurm-77.0");
+
+  CHECK_FALSE(rankInfoFromEnvironment(info, {{"OMPI_COMM_WORLD_RANK", "1"},
+                                             {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "127.0.0.1"},
+                                             {"MASTER_PORT", "29500"}}));
+  CHECK(info.source == "openmpi");
+  CHECK(info.rendezvous == "tcp://127.0.0.1:29500");
+
+  CHECK_FALSE(rankInfoFromEnvironment(info, {{"RANK", "0"},
+                                             {"WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "localhost"},
+                                             {"MASTER_PORT", "29500"}}));
+  CHECK(info.source == "torchrun");
+  CHECK(info.rendezvous == "tcp://127.0.0.1:29500");
+
+  auto error = rankInfoFromEnvironment(info, {{"RANK", "5"}, {"WORLD_SIZE", "2"},
+                                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+  CHECK(error.isOfType<RendezvousError>());
+  error = rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "x"}, {"ACTORPIPE_WORLD_SIZE", "2"},
+                                         {"ACTORPIPE_RENDEZVOUS", "tcp://1.2.3.4:5"}});
+  CHECK(error.isOfType<RendezvousError>());
+}
+
+TEST_CASE("Slurm node lists expand") {
+  CHECK(expandNodeList("node[01-03,7],gpu5") ==
+        std::vector<std::string>{"node01", "node02", "node03", "node7", "gpu5"});
+  CHECK(expandNodeList("a,b") == std::vector<std::string>{"a", "b"});
+  CHECK(expandNodeList("x[2-3]") == std::vector<std::string>{"x2", "x3"});
+}
+
+TEST_CASE("a client that cannot connect gets the real errno, after retrying") {
+  // A port nobody listens on: bind one, note it, close it.
+  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  socklen_t length = sizeof(address);
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  const int port = ntohs(address.sin_port);
+  ::close(probe);
+
+  std::unique_ptr<Client> client;
+  const auto start = std::chrono::steady_clock::now();
+  auto error = Client::connect("127.0.0.1", port, std::chrono::milliseconds(300), client);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  REQUIRE(error);
+  INFO(error.what());
+  CHECK_FALSE(static_cast<bool>(client));
+  auto refused = error.castToType<actorpipe::ConnectError>();
+  REQUIRE(static_cast<bool>(refused));
+  CHECK(refused->errorCode() == ECONNREFUSED);
+  CHECK(elapsed >= std::chrono::milliseconds(250));  // it retried
+  CHECK(elapsed < std::chrono::seconds(10));
+}
+
+TEST_CASE("a server on a taken port reports why") {
+  std::unique_ptr<Server> first;
+  REQUIRE_FALSE(Server::create("127.0.0.1", 0, first));
+  std::unique_ptr<Server> second;
+  auto error = Server::create("127.0.0.1", first->port(), second);
+  INFO(error.what());
+  CHECK(error);
+  CHECK_FALSE(static_cast<bool>(second));
+}
