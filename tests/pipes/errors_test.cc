@@ -20,18 +20,23 @@ using namespace testing;
 
 namespace {
 
-// A port nothing listens on (bound, then released).
-int unusedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A port nothing listens on: bound (so no other test can take it) but not
+// listening, so connecting is refused.
+struct RefusingPort {
+  int fd{-1};
+  int port{0};
+  RefusingPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~RefusingPort() { ::close(fd); }
+};
 
 // A plain TCP server socket on loopback, for playing a misbehaving peer.
 struct RawServer {
@@ -116,7 +121,8 @@ Error readDescriptorError(Pipe& pipe) {
 
 TEST_CASE("connect to nowhere fails promptly, naming the address and the cause") {
   auto context = makeContext();
-  std::string url = "tcp://127.0.0.1:" + std::to_string(unusedPort());
+  RefusingPort nowhere;
+  std::string url = "tcp://127.0.0.1:" + std::to_string(nowhere.port);
   auto pipe = context->connect(url);
   auto start = std::chrono::steady_clock::now();
   Storage s;
