@@ -23,6 +23,9 @@ std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chun
   Chunk current;
   size_t packed = 0;
   for (int t = 0; t < static_cast<int>(tensors.size()); ++t) {
+    // Each tensor starts 16-byte aligned in the scratch buffers, so its
+    // elements are aligned there too (the reductions read them as doubles).
+    packed = (packed + 15) & ~size_t(15);
     const size_t element = dtypeSize(tensors[t].dtype);
     const size_t bytes = tensors[t].bytes();
     // Slices hold whole elements, so every slice can be reduced on its own.
@@ -45,6 +48,14 @@ std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chun
   }
   if (!current.segments.empty() || chunks.empty()) chunks.push_back(std::move(current));
   return chunks;
+}
+
+size_t packedExtent(const std::vector<Chunk>& chunks) {
+  size_t end = 0;
+  for (const auto& chunk : chunks) {
+    for (const auto& segment : chunk.segments) end = std::max(end, segment.packed + segment.length);
+  }
+  return end;
 }
 
 } // namespace actorpipe::group

@@ -27,5 +27,7 @@ std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chun
 
 // The chunk size used when the caller does not set one.
 size_t defaultChunkBytes(size_t totalBytes);
+// Bytes a scratch buffer needs for all of the chunks' segments (alignment included).
+size_t packedExtent(const std::vector<Chunk>& chunks);
 
 } // namespace actorpipe::group

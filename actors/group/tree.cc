@@ -43,6 +43,7 @@ std::shared_ptr<Operation> allReduceOf(const std::vector<Tensor>& tensors, const
   for (const auto& tensor : tensors) operation->totalBytes += tensor.bytes();
   operation->chunks = cutIntoChunks(
       tensors, chunkBytes ? chunkBytes : defaultChunkBytes(operation->totalBytes));
+  operation->scratchBytes = packedExtent(operation->chunks);
   return operation;
 }
 

@@ -456,7 +456,8 @@ void TreeCore::consume(Link& link) {
 
   Allocation allocation;
   std::vector<size_t> lengths;
-  auto grow = [](Link& l, size_t bytes) {
+  auto grow = [&op](Link& l, size_t bytes) {
+    bytes = std::max(bytes, op.scratchBytes);
     if (l.scratchBytes < bytes) {
       l.scratch.reset(new uint8_t[bytes]);
       l.scratchBytes = bytes;

@@ -83,6 +83,7 @@ struct Operation {
   bool contributes{true};
   std::vector<Chunk> chunks;
   size_t totalBytes{0};
+  size_t scratchBytes{0};  // what scratch buffers need (aligned segments); 0: totalBytes
 
   // Climbing: per chunk, how many children delivered it, and each child's
   // contributor count for it.

@@ -85,7 +85,7 @@ TEST_CASE("ranks of one host form a subtree; one leader per host crosses hosts")
   CHECK_FALSE(tree[3].hostLeader);
 }
 
-TEST_CASE("chunks cover every byte once, in whole elements") {
+TEST_CASE("chunks cover every byte once, in whole, aligned elements") {
   std::vector<float> a(1000);
   std::vector<double> b(333);
   std::vector<uint8_t> c(5);
@@ -100,7 +100,9 @@ TEST_CASE("chunks cover every byte once, in whole elements") {
       for (const auto& segment : chunk.segments) {
         CHECK(segment.offset == covered[segment.tensor]);
         CHECK(segment.length % dtypeSize(tensors[segment.tensor].dtype) == 0);
+        if (segment.offset == 0) packed = (packed + 15) & ~size_t(15);  // tensors start aligned
         CHECK(segment.packed == packed);
+        CHECK(segment.packed % dtypeSize(tensors[segment.tensor].dtype) == 0);
         covered[segment.tensor] += segment.length;
         packed += segment.length;
         bytes += segment.length;
