@@ -25,7 +25,7 @@ for kind in "${kinds[@]}"; do
       build=${ACTORPIPE_TSAN_BUILD_DIR:-$root/build-tsan}
       # die_after_fork=0: the multi-process tests fork a child from a process
       # that already runs threads; the child only starts fresh ones.
-      export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:die_after_fork=0:history_size=4:suppressions=$supp/tsan.supp"
+      export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:die_after_fork=0:history_size=7:suppressions=$supp/tsan.supp"
       ;;
     *)
       echo "sanitize: unknown kind '$kind' (asan or tsan)" >&2
