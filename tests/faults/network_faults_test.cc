@@ -1,0 +1,240 @@
+// Connections that break or stall: a reset in the middle of a frame, a
+// listener that accepts and never answers, and a receiver that reads slowly
+// while its peer writes fast. Each ends in an error (or bounded memory) in
+// bounded time, and the Context keeps carrying other pipes.
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "fault_support.h"
+
+using namespace faults;
+
+TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
+  auto context = makeContext("reset");
+  Error error;
+  SUBCASE("mid welcome frame") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());  // the hello
+    std::string w = welcomeFrame();
+    sendAll(fd, w.substr(0, w.size() / 2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    resetClose(fd);
+    error = readSync(*pipe, std::chrono::seconds(15)).error;
+  }
+  SUBCASE("mid message frame") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());
+    sendAll(fd, welcomeFrame());
+    wire::MessageFrame m;
+    m.descriptor.metadata = std::string(200, 'm');
+    m.descriptor.payloads.push_back({1000, "payload"});
+    std::string f = frame(wire::FrameType::kMessage, wire::encode(m));
+    sendAll(fd, f.substr(0, f.size() / 2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    resetClose(fd);
+    error = readSync(*pipe, std::chrono::seconds(15)).error;
+  }
+  SUBCASE("mid message data, with a write pending") {
+    RawServer raw;
+    auto pipe = context->connect(raw.url());
+    int fd = raw.accept();
+    CHECK(!recvFrame(fd).empty());
+    sendAll(fd, welcomeFrame());
+    wire::MessageFrame m;
+    m.descriptor.payloads.push_back({100000, ""});
+    sendAll(fd, frame(wire::FrameType::kMessage, wire::encode(m)) + std::string(5000, 'x'));
+    // A write the raw peer never reads: big enough to stay pending.
+    Storage big;
+    big.tensors.push_back(std::vector<uint8_t>(32u << 20, 1));
+    auto written = std::make_shared<std::promise<Error>>();
+    pipe->write(messageOver(big, "big"), [written](const Error& e) { written->set_value(e); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    resetClose(fd);
+    error = readSync(*pipe, std::chrono::seconds(15)).error;
+    auto w = written->get_future();
+    REQUIRE(ready(w, std::chrono::seconds(15)));
+    CHECK(w.get());
+  }
+  SUBCASE("a client resets mid hello at a listener") {
+    auto listener = context->listen({"tcp://127.0.0.1:0"});
+    int fd = rawConnect(listener->url("tcp"));
+    std::string hello = frame(wire::FrameType::kHello, wire::encode(wire::Hello{"raw", {}, {}}));
+    sendAll(fd, hello.substr(0, hello.size() / 2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    resetClose(fd);
+    // The listener is undisturbed: the next client gets through.
+    auto client = tcpContext("client");
+    auto pipe = client->connect(listener->url("tcp"));
+    auto accepted = acceptSync(*listener);
+    REQUIRE(accepted != nullptr);
+    REQUIRE(!writeSync(*pipe, Message()));
+    CHECK(!readSync(*accepted).error);
+    error = ACTORPIPE_ERROR(EOFError);  // nothing to check on the raw side
+  }
+  MESSAGE("failed with: " << error.what());
+  CHECK(error);
+  CHECK(!isTestTimeout(error));
+  checkUsable(*context);
+}
+
+TEST_CASE("a listener that accepts and never answers: the handshake times out") {
+  using std::chrono::milliseconds;
+  RawServer raw;
+  std::shared_ptr<Context> context;
+  PipeOptions pipeOptions;
+  int accepted = -1;
+  SUBCASE("accepted, silent (Context handshakeTimeout)") {
+    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(1000)));
+  }
+  SUBCASE("never accepted: only the kernel's backlog (Context handshakeTimeout)") {
+    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(1000)));
+    accepted = -2;
+  }
+  SUBCASE("accepted, silent (PipeOptions handshakeTimeout)") {
+    context = makeContext("patient");
+    pipeOptions.handshakeTimeout(milliseconds(800));
+  }
+  auto start = Clock::now();
+  auto pipe = context->connect(raw.url(), pipeOptions);
+  if (accepted == -1) accepted = raw.accept();
+  auto written = std::make_shared<std::promise<Error>>();
+  auto described = std::make_shared<std::promise<Error>>();
+  pipe->write(Message(), [written](const Error& e) { written->set_value(e); });
+  pipe->readDescriptor([described](const Error& e, Descriptor) { described->set_value(e); });
+  auto w = written->get_future();
+  auto d = described->get_future();
+  REQUIRE(ready(w, std::chrono::seconds(20)));
+  REQUIRE(ready(d, std::chrono::seconds(20)));
+  double elapsed = secondsSince(start);
+  Error we = w.get();
+  Error de = d.get();
+  MESSAGE("after " << elapsed << " s: write: " << we.what() << "; readDescriptor: " << de.what());
+  CHECK(we.isOfType<TimeoutError>());
+  CHECK(de.isOfType<TimeoutError>());
+  CHECK(elapsed < 15.0);
+  if (accepted >= 0) ::close(accepted);
+  checkUsable(*context);
+}
+
+namespace {
+
+constexpr size_t kChunk = 1u << 20;
+
+// Child: accepts one pipe and reads 1 MiB tensors into one reused buffer,
+// sleeping between reads, until a "stop" message. Reports how many it read
+// and its resident memory after warm-up and at its peak.
+int slowReader(Child& self) {
+  auto context = makeContext("slow-reader");
+  auto listener = context->listen({"tcp://127.0.0.1:0", "shm://"});
+  self.send(listener->url("tcp"));
+  self.send(listener->url("shm"));
+  auto pipe = acceptSync(*listener, nullptr, std::chrono::seconds(30));
+  CHILD_CHECK(pipe != nullptr);
+  std::vector<uint8_t> buffer(kChunk);
+  size_t messages = 0;
+  size_t baseline = 0;
+  size_t peak = 0;
+  for (;;) {
+    std::promise<std::pair<Error, Descriptor>> described;
+    pipe->readDescriptor([&](const Error& e, Descriptor d) { described.set_value({e, std::move(d)}); });
+    auto r = described.get_future();
+    CHILD_CHECK(r.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    auto [error, d] = r.get();
+    CHILD_CHECK(!error);
+    Allocation a;
+    if (d.metadata != "stop") {
+      CHILD_CHECK(d.tensors.size() == 1 && d.tensors[0].length == kChunk);
+      a.tensors.push_back({CpuBuffer{buffer.data()}});
+    }
+    std::promise<Error> read;
+    pipe->read(std::move(a), [&](const Error& e) { read.set_value(e); });
+    auto f = read.get_future();
+    CHILD_CHECK(f.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    CHILD_CHECK(!f.get());
+    if (d.metadata == "stop") break;
+    CHILD_CHECK(buffer[0] == 0x5a && buffer[kChunk - 1] == 0x5a);
+    ++messages;
+    size_t rss = residentBytes();
+    if (messages == 10) baseline = rss;
+    peak = std::max(peak, rss);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  self.send(std::to_string(messages) + " " + std::to_string(baseline) + " " + std::to_string(peak));
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a receiver that reads slowly while the sender writes fast: memory stays bounded") {
+  for (bool tcpOnly : {true, false}) {
+    CAPTURE(tcpOnly);
+    Child child = Child::spawn(slowReader, std::chrono::seconds(120));
+    std::string tcpUrl = child.receive();
+    std::string shmUrl = child.receive();
+    REQUIRE(!shmUrl.empty());
+    auto context = tcpOnly ? tcpContext("fast-writer") : makeContext("fast-writer");
+    auto pipe = context->connect(tcpOnly ? tcpUrl : shmUrl);
+    std::vector<uint8_t> data(kChunk, 0x5a);
+    std::mutex mutex;
+    std::condition_variable changed;
+    int outstanding = 0;
+    size_t completed = 0;
+    Error firstError;
+    size_t baseline = 0;
+    size_t peak = 0;
+    auto start = Clock::now();
+    while (secondsSince(start) < 3.0) {
+      std::unique_lock<std::mutex> lock(mutex);
+      REQUIRE(changed.wait_for(lock, std::chrono::seconds(30), [&] { return outstanding < 8; }));
+      if (firstError) break;
+      ++outstanding;
+      size_t done = completed;
+      lock.unlock();
+      Message m;
+      m.metadata = "chunk";
+      Message::Tensor t;
+      t.buffer = CpuBuffer{data.data()};
+      t.length = data.size();
+      m.tensors.push_back(std::move(t));
+      pipe->write(std::move(m), [&](const Error& e) {
+        std::lock_guard<std::mutex> guard(mutex);
+        --outstanding;
+        ++completed;
+        if (e && !firstError) firstError = e;
+        changed.notify_all();
+      });
+      size_t rss = residentBytes();
+      if (done >= 10 && baseline == 0) baseline = rss;
+      peak = std::max(peak, rss);
+    }
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      REQUIRE(changed.wait_for(lock, std::chrono::seconds(60), [&] { return outstanding == 0; }));
+    }
+    REQUIRE(!firstError);
+    Message stop;
+    stop.metadata = "stop";
+    REQUIRE(!writeSync(*pipe, std::move(stop), std::chrono::seconds(60)));
+    std::string report = child.receive(std::chrono::seconds(60));
+    REQUIRE(!report.empty());
+    CHECK(child.wait() == 0);
+    size_t readerMessages = 0, readerBaseline = 0, readerPeak = 0;
+    std::sscanf(report.c_str(), "%zu %zu %zu", &readerMessages, &readerBaseline, &readerPeak);
+    MESSAGE(pipe->info().transport << ": wrote " << completed << " MiB in " << secondsSince(start) << " s; reader read "
+                     << readerMessages << ", RSS " << readerBaseline / 1048576 << " -> "
+                     << readerPeak / 1048576 << " MiB; writer RSS " << baseline / 1048576
+                     << " -> " << peak / 1048576 << " MiB");
+    CHECK(readerMessages == completed);
+    // A reader that buffered whatever it was sent would grow by the bytes in
+    // flight; bounded, it grows by its transport's buffers at most.
+    CHECK(readerPeak < readerBaseline + (128u << 20));
+    if (baseline) CHECK(peak < baseline + (128u << 20));
+    checkUsable(*context);
+  }
+}
