@@ -1,7 +1,7 @@
 // libFuzzer targets for the wire format: everything a peer sends goes
 // through these decoders. Built once per target with -DFUZZ_TARGET=...:
 //   frames   a byte stream cut into frames: decodeHeader, then the body's decoder
-//   hello, welcome, reject, join, message   one frame body each
+//   hello, welcome, reject, join, message, challenge, auth   one frame body each
 // Each body is decoded under the default Limits and under tight ones; a body
 // that decodes must re-encode to bytes that decode to the same thing.
 #include <cstddef>
@@ -50,7 +50,9 @@ bool same(const wire::Welcome& a, const wire::Welcome& b) {
   return a.contextName == b.contextName && a.transport == b.transport && a.channels == b.channels &&
          a.setups == b.setups && a.address == b.address && a.joinToken == b.joinToken && a.notes == b.notes;
 }
-bool same(const wire::Reject& a, const wire::Reject& b) { return a.reason == b.reason; }
+bool same(const wire::Reject& a, const wire::Reject& b) { return a.reason == b.reason && a.kind == b.kind; }
+bool same(const wire::Challenge& a, const wire::Challenge& b) { return a.nonce == b.nonce && a.mac == b.mac; }
+bool same(const wire::Auth& a, const wire::Auth& b) { return a.mac == b.mac; }
 bool same(const wire::Join& a, const wire::Join& b) { return a.token == b.token; }
 bool same(const wire::MessageFrame& a, const wire::MessageFrame& b) {
   const Descriptor& x = a.descriptor;
@@ -106,6 +108,8 @@ void decodeByType(wire::FrameType type, const uint8_t* body, size_t length, cons
     case wire::FrameType::kReject: decodeBody<wire::Reject>(body, length, limits); break;
     case wire::FrameType::kMessage: decodeBody<wire::MessageFrame>(body, length, limits); break;
     case wire::FrameType::kJoin: decodeBody<wire::Join>(body, length, limits); break;
+    case wire::FrameType::kChallenge: decodeBody<wire::Challenge>(body, length, limits); break;
+    case wire::FrameType::kAuth: decodeBody<wire::Auth>(body, length, limits); break;
     default: __builtin_trap();  // decodeHeader let an unknown type through
   }
 }
@@ -141,6 +145,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzzBody<wire::Join>(data, size);
 #elif defined(FUZZ_MESSAGE)
   fuzzBody<wire::MessageFrame>(data, size);
+#elif defined(FUZZ_CHALLENGE)
+  fuzzBody<wire::Challenge>(data, size);
+#elif defined(FUZZ_AUTH)
+  fuzzBody<wire::Auth>(data, size);
 #else
 #error "define one FUZZ_<TARGET>"
 #endif
