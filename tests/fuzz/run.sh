@@ -45,7 +45,7 @@ for t in "${targets[@]}"; do
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 \
     -max_len=16384 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" \
     >"$build/$t.log" 2>&1 || status=$?
-  grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$build/$t.log" || true
+  grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+[[:space:]]+DONE)' "$build/$t.log" || true
   if ((status != 0)); then
     tail -n 60 "$build/$t.log" >&2
     echo "fuzz: $t FAILED (status $status); reproducer in $build/artifacts/" >&2
