@@ -12,6 +12,7 @@
 #include <actorpipe/runtime/detail/wire.h>
 
 #include "../support/harness.h"
+#include "../support/raw_peer.h"
 
 using namespace actorpipe;
 using namespace testing;
@@ -21,17 +22,6 @@ namespace {
 
 std::shared_ptr<Context> withSecret(const std::string& name, const std::string& secret, ContextOptions o = {}) {
   return makeContext(name, o.secret(secret));
-}
-
-int rawConnect(const std::string& url) {
-  int port = std::stoi(url.substr(url.rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  return fd;
 }
 
 void roundTrip(Pipe& a, Pipe& b) {
