@@ -96,24 +96,27 @@ void requireHost(const Tensor& t) {
   }
 }
 
+// out = a op b, element by element (out may alias a or b: each element is
+// read before it is written).
 template <typename T>
-void combineTyped(Reduction::Kind kind, const Tensor& acc, const Tensor& in) {
-  T* a = static_cast<T*>(acc.data);
-  const T* b = static_cast<const T*>(in.data);
-  const size_t n = acc.count;
+void combineTyped(Reduction::Kind kind, const Tensor& out, const Tensor& first, const Tensor& second) {
+  const T* a = static_cast<const T*>(first.data);
+  const T* b = static_cast<const T*>(second.data);
+  T* o = static_cast<T*>(out.data);
+  const size_t n = out.count;
   switch (kind) {
     case Reduction::Kind::kSum:
     case Reduction::Kind::kAverage:
-      transformElements(a, a + n, b, a, Plus<T>());
+      transformElements(a, a + n, b, o, Plus<T>());
       break;
     case Reduction::Kind::kProduct:
-      transformElements(a, a + n, b, a, Times<T>());
+      transformElements(a, a + n, b, o, Times<T>());
       break;
     case Reduction::Kind::kMin:
-      transformElements(a, a + n, b, a, MinOf<T>());
+      transformElements(a, a + n, b, o, MinOf<T>());
       break;
     case Reduction::Kind::kMax:
-      transformElements(a, a + n, b, a, MaxOf<T>());
+      transformElements(a, a + n, b, o, MaxOf<T>());
       break;
     case Reduction::Kind::kCustom:
       break;
@@ -141,7 +144,24 @@ void Reduction::apply(const Tensor& accumulator, const Tensor& incoming) const {
     return;
   }
   byDType(accumulator.dtype, [&](auto zero) {
-    combineTyped<decltype(zero)>(kind_, accumulator, incoming);
+    combineTyped<decltype(zero)>(kind_, accumulator, accumulator, incoming);
+  });
+}
+
+void Reduction::applyInto(const Tensor& result, const Tensor& first, const Tensor& second) const {
+  requireHost(result);
+  requireHost(first);
+  requireHost(second);
+  if (kind_ == Kind::kCustom) {
+    if (result.data == second.data && second.data != first.data) {
+      throw std::invalid_argument("a custom reduction cannot write over its second operand");
+    }
+    if (result.data != first.data) std::memcpy(result.data, first.data, result.bytes());
+    combine_(result, second);
+    return;
+  }
+  byDType(result.dtype, [&](auto zero) {
+    combineTyped<decltype(zero)>(kind_, result, first, second);
   });
 }
 

@@ -71,6 +71,10 @@ class Reduction {
   Kind kind() const { return kind_; }
   // accumulator = accumulator op incoming (same dtype, same count).
   void apply(const Tensor& accumulator, const Tensor& incoming) const;
+  // result = first op second, in one pass. `result` may be `first`, or (not
+  // for custom reductions, which combine in place) `second`.
+  void applyInto(const Tensor& result, const Tensor& first, const Tensor& second) const;
+  bool isCustom() const { return kind_ == Kind::kCustom; }
   // After every contribution is in: the average's division.
   void finish(const Tensor& result, int contributors) const;
   // The value a rank that contributes nothing stands for, when nobody does.

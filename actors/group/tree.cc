@@ -2,11 +2,55 @@
 
 #include <actorpipe/actors/group/tree_core.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace actorpipe::group {
 
 Tree::Tree(std::shared_ptr<TreeCore> core) : core_(std::move(core)) {}
 
 Tree::~Tree() { core_->shutdown(); }
+
+namespace {
+
+// Ranks on one host reduce through shared memory (host_arena.h). Rank 0
+// creates the segment and the pipes carry its name; the name is removed once
+// every rank has tried to map it, and if any rank could not, nobody uses it.
+// Both steps are collectives on the pipes, so every rank takes them in step.
+Error setUpArena(Tree& tree, TreeCore& core) {
+  if (!core.arenaWanted()) return Error::kSuccess;
+  const ArenaOptions options = core.arenaOptions();
+  std::vector<uint8_t> name(128, 0);
+  std::string created;
+  std::string why;
+  std::unique_ptr<HostArena> arena;
+  if (tree.rank() == 0) {
+    arena = HostArena::create(tree.size(), options, created, why);
+    std::memcpy(name.data(), created.data(), std::min(created.size(), name.size() - 1));
+  }
+  if (Error error = tree.broadcast({tensorOf(name)})) {
+    HostArena::unlink(created);
+    return error;
+  }
+  name.back() = 0;
+  const std::string shared(reinterpret_cast<const char*>(name.data()));
+  if (shared.empty() && why.empty()) why = "rank 0 could not create it";
+  if (!shared.empty() && tree.rank() != 0) {
+    arena = HostArena::open(shared, tree.rank(), tree.size(), options, why);
+  }
+  std::vector<int32_t> mapped{arena ? 1 : 0};
+  Error error = tree.allReduce({tensorOf(mapped)}, Reduction::min());
+  HostArena::unlink(created);
+  if (error) return error;
+  if (mapped[0] != 1) {
+    arena.reset();
+    if (why.empty()) why = "another rank could not map it";
+  }
+  core.adoptArena(std::move(arena), why);
+  return Error::kSuccess;
+}
+
+} // namespace
 
 Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique_ptr<Tree>& tree) {
   auto core = std::make_shared<TreeCore>(info, options);
@@ -14,7 +58,9 @@ Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique
     core->shutdown();
     return error;
   }
-  tree.reset(new Tree(std::move(core)));
+  std::unique_ptr<Tree> formed(new Tree(core));
+  if (Error error = setUpArena(*formed, *core)) return error;  // ~Tree shuts the core down
+  tree = std::move(formed);
   return Error::kSuccess;
 }
 
@@ -55,6 +101,9 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op) {
 
 Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
                       Contribution contribution, int* contributors) {
+  if (core_->onArena()) {
+    return core_->allReduceOnArena(tensors, op, contribution == Contribution::kData, contributors);
+  }
   size_t total = 0;
   for (const auto& tensor : tensors) total += tensor.bytes();
   std::shared_ptr<Operation> operation;

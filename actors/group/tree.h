@@ -22,6 +22,11 @@
 // power-of-two group on one host use recursive doubling, where partners
 // compute the same expression in the same order.
 //
+// Ranks that all share one host skip the pipes for allReduce: they reduce
+// through a shared-memory segment (TreeOptions::arenaSlotBytes), where each
+// part is likewise folded by one rank in rank order (small calls: by every
+// rank, the same way). links() says whether a group uses it.
+//
 // Failures: when a rank dies (or closes, or a link breaks), its neighbours
 // see their pipe fail and tell every other rank through the tree, so every
 // pending and later collective fails with a RankFailedError naming that
@@ -62,6 +67,12 @@ struct TreeOptions {
   // N > 0 also offers the mpt channel with N lanes, which links between
   // hosts then negotiate (same-host links keep cma or xth).
   size_t crossHostLanes{0};
+  // When every rank is on one host, allReduce (and barrier) go through one
+  // shared-memory segment on the callers' own threads (host_arena.h), cut
+  // into rounds of at most this many bytes per tensor; the pipes still form
+  // the group and report failures. 0 keeps every collective on the pipes
+  // (so does ACTORPIPE_GROUP_ARENA=0).
+  size_t arenaSlotBytes{size_t{1} << 20};
 };
 
 // Whether this rank has data for an allReduce (torch-ipc's uneven steps: a

@@ -57,17 +57,20 @@ std::chrono::microseconds pollWindowFor(const RankInfo& info) {
   if (const char* text = std::getenv("ACTORPIPE_POLL_US")) {
     return std::chrono::microseconds(std::atol(text));
   }
+  return std::chrono::microseconds(hostOversubscribed(info) ? 0 : 200);
+}
+
+} // namespace
+
+bool hostOversubscribed(const RankInfo& info) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   int cpus = 1;
   if (::sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cpus = CPU_COUNT(&allowed);
   // Bound to one CPU (actorpipe-run's default): count the machine's instead.
   if (cpus == 1) cpus = static_cast<int>(std::thread::hardware_concurrency());
-  const bool oversubscribed = info.localSize > std::max(cpus, 1);
-  return std::chrono::microseconds(oversubscribed ? 0 : 200);
+  return info.localSize > std::max(cpus, 1);
 }
-
-} // namespace
 
 TreeCore::CallbackScope::~CallbackScope() {
   lock.unlock();
@@ -154,6 +157,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
   // ends know the tree, so both pick the same pipe.
   bool oneHost = true;
   for (const auto& member : table) oneHost = oneHost && member.host == table[0].host;
+  oneHost_ = oneHost;
   const int n = info.worldSize;
   if (oneHost && n >= 2 && ringAllowed()) {
     const int next = (info.rank + 1) % n;
@@ -310,6 +314,11 @@ std::vector<std::string> TreeCore::describeLinks() const {
     }
     lines.push_back(line);
   }
+  if (arena_) {
+    lines.push_back(arena_->describe());
+  } else if (!arenaNote_.empty()) {
+    lines.push_back("host arena: off (" + arenaNote_ + ")");
+  }
   return lines;
 }
 
@@ -347,6 +356,7 @@ void TreeCore::close() {
   }
   closing_ = true;
   if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
+  if (arena_) arena_->interrupt();
   if (operation_ && !operation_->finished && !operation_->error) {
     operation_->error = broken_;
   }
@@ -548,6 +558,7 @@ void TreeCore::failLink(Link& link, const Error& error) {
 void TreeCore::fail(Error error) {
   if (broken_) return;
   broken_ = error;
+  if (arena_) arena_->interrupt();
   sendAbort(error);
   if (operation_ && !operation_->finished && !operation_->error) operation_->error = error;
   operationFinished_ = true;
@@ -595,18 +606,22 @@ bool TreeCore::readsInFlight() const {
   return false;
 }
 
-Error TreeCore::run(std::shared_ptr<Operation> operation) {
-  std::lock_guard<std::mutex> oneAtATime(callers_);
-  for (const auto& tensor : operation->tensors) {
+Error TreeCore::checkTensors(const char* name, const std::vector<Tensor>& tensors) const {
+  for (const auto& tensor : tensors) {
     if (tensor.device.type != kCpuDeviceType) {
-      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " on " +
-                                             tensor.device.type +
+      return ACTORPIPE_ERROR(LogicError, std::string(name) + " on " + tensor.device.type +
                                              " tensors needs a build with that device's backend");
     }
     if (tensor.data == nullptr && tensor.count > 0) {
-      return ACTORPIPE_ERROR(LogicError, std::string(operation->name) + " got a null tensor");
+      return ACTORPIPE_ERROR(LogicError, std::string(name) + " got a null tensor");
     }
   }
+  return Error::kSuccess;
+}
+
+Error TreeCore::run(std::shared_ptr<Operation> operation) {
+  std::lock_guard<std::mutex> oneAtATime(callers_);
+  if (Error error = checkTensors(operation->name, operation->tensors)) return error;
   Lock lock(mutex_);
   for (auto& link : links_) {
     // A neighbour that left is an error only for collectives that need it

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <actorpipe/actors/group/chunks.h>
+#include <actorpipe/actors/group/host_arena.h>
 #include <actorpipe/actors/group/rendezvous.h>
 #include <actorpipe/actors/group/tree.h>
 #include <actorpipe/runtime/context.h>
@@ -53,6 +54,10 @@ inline bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk
   std::string kind;
   return (in >> kind >> sequence >> chunk >> contributors) && kind == "D";
 }
+
+// Whether this host runs more of the group's ranks than it has CPUs (then
+// nothing should poll or spin without yielding).
+bool hostOversubscribed(const RankInfo& info);
 
 struct Link {
   int peer{-1};
@@ -165,6 +170,15 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void shutdown();
   std::vector<std::string> describeLinks() const;
 
+  // The host arena (tree_arena.cc): whether this group should try one, with
+  // which options, the one it set up (null: none, and why), and allReduce on it.
+  bool arenaWanted() const;
+  ArenaOptions arenaOptions() const;
+  void adoptArena(std::unique_ptr<HostArena> arena, std::string note);
+  bool onArena() const { return arena_ != nullptr; }
+  Error allReduceOnArena(const std::vector<Tensor>& tensors, const Reduction& op,
+                         bool contributes, int* contributors);
+
   RankInfo info;
   TreeOptions options;
   std::vector<TreeNode> tree;
@@ -172,6 +186,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
  private:
   const TreeNode& me() const { return tree[info.rank]; }
   Error connectLinks(const std::vector<Member>& table);
+  Error checkTensors(const char* name, const std::vector<Tensor>& tensors) const;
   void readNext(Link& link);
   void onDescriptor(Link& link, const Error& error, Descriptor descriptor);
   void pump(Link& link);
@@ -226,6 +241,9 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   int abortsInFlight_{0};
   bool rendezvousFileOwned_{false};
   std::chrono::microseconds pollWindow_{200};
+  bool oneHost_{false};
+  std::unique_ptr<HostArena> arena_;  // set once, before any collective runs on it
+  std::string arenaNote_;
 };
 
 } // namespace actorpipe::group
