@@ -12,6 +12,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
 
 #include <doctest/doctest.h>
 
@@ -20,6 +23,7 @@
 
 #include <actorpipe/actors/group/chunks.h>
 #include <actorpipe/actors/group/environment.h>
+#include <actorpipe/actors/group/host_arena.h>
 #include <actorpipe/actors/group/errors.h>
 #include <actorpipe/actors/group/slurm_tree.h>
 #include <actorpipe/actors/group/tensor.h>
@@ -227,4 +231,136 @@ TEST_CASE("a server on a taken port reports why") {
   INFO(error.what());
   CHECK(error);
   CHECK_FALSE(static_cast<bool>(second));
+}
+
+// The host arena with two "ranks" that are threads of this process: the
+// same segment mapped twice, exactly as two processes would.
+namespace {
+
+using ArenaClock = std::chrono::steady_clock;
+using Status = ArenaOutcome::Status;
+
+struct ArenaPair {
+  std::unique_ptr<HostArena> first;
+  std::unique_ptr<HostArena> second;
+};
+
+ArenaPair arenaPair(const ArenaOptions& options) {
+  ArenaPair pair;
+  std::string name;
+  std::string why;
+  pair.first = HostArena::create(2, options, name, why);
+  REQUIRE_MESSAGE(pair.first, why);
+  pair.second = HostArena::open(name, 1, 2, options, why);
+  HostArena::unlink(name);
+  REQUIRE_MESSAGE(pair.second, why);
+  return pair;
+}
+
+ArenaOptions smallArena() {
+  ArenaOptions options;
+  options.slotBytes = 4096;  // 10000 floats: 10 rounds, whole and split
+  options.wholeBytes = 1024;
+  options.spin = std::chrono::microseconds(20);  // so that waits also sleep
+  return options;
+}
+
+} // namespace
+
+TEST_CASE("host arena: two ranks reduce in rounds, and their results are identical") {
+  ArenaPair pair = arenaPair(smallArena());
+  std::vector<float> mine(10001), theirs(10001);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    mine[i] = 0.1f * float(i);
+    theirs[i] = 1.0f / float(i + 1);
+  }
+  std::vector<float> expected(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) expected[i] = mine[i] + theirs[i];
+  const auto deadline = ArenaClock::now() + std::chrono::seconds(20);
+  for (uint64_t call = 1; call <= 3; ++call) {  // slots reused across calls
+    std::vector<float> a = mine, b = theirs;
+    ArenaOutcome other;
+    std::thread rank1([&] {
+      other = pair.second->allReduce({tensorOf(b)}, Reduction::sum(), true, call, deadline);
+    });
+    ArenaOutcome outcome = pair.first->allReduce({tensorOf(a)}, Reduction::sum(), true, call, deadline);
+    rank1.join();
+    CHECK(outcome.status == Status::kDone);
+    CHECK(other.status == Status::kDone);
+    CHECK(outcome.contributors == 2);
+    CHECK(a == expected);
+    CHECK(b == expected);
+  }
+  // Rank 1 contributes nothing: rank 0's data, everywhere.
+  std::vector<double> a(3000, 2.5), b(3000, -1.0);
+  ArenaOutcome other;
+  std::thread rank1([&] {
+    other = pair.second->allReduce({tensorOf(b)}, Reduction::average(), false, 4, deadline);
+  });
+  ArenaOutcome outcome = pair.first->allReduce({tensorOf(a)}, Reduction::average(), true, 4, deadline);
+  rank1.join();
+  CHECK(outcome.contributors == 1);
+  CHECK(other.contributors == 1);
+  CHECK(a == std::vector<double>(3000, 2.5));
+  CHECK(b == std::vector<double>(3000, 2.5));
+}
+
+TEST_CASE("host arena: a rank alone times out, naming the rank it waited for") {
+  ArenaPair pair = arenaPair(smallArena());
+  std::vector<int32_t> values(10, 1);
+  const auto start = ArenaClock::now();
+  ArenaOutcome outcome = pair.first->allReduce({tensorOf(values)}, Reduction::sum(), true, 1,
+                                               start + std::chrono::milliseconds(50));
+  CHECK(outcome.status == Status::kTimedOut);
+  CHECK(outcome.rank == 1);
+  CHECK(ArenaClock::now() - start < std::chrono::seconds(5));
+}
+
+TEST_CASE("host arena: interrupt() wakes a rank that sleeps in a wait") {
+  ArenaPair pair = arenaPair(smallArena());
+  std::vector<int64_t> values(10, 1);
+  std::thread failer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // long past the spin
+    pair.first->interrupt();
+  });
+  const auto start = ArenaClock::now();
+  ArenaOutcome outcome = pair.first->allReduce({tensorOf(values)}, Reduction::sum(), true, 1,
+                                               start + std::chrono::seconds(60));
+  failer.join();
+  CHECK(outcome.status == Status::kInterrupted);
+  CHECK(ArenaClock::now() - start < std::chrono::seconds(5));
+  // And it stays interrupted: a failed group is not used again.
+  outcome = pair.first->allReduce({tensorOf(values)}, Reduction::sum(), true, 2,
+                                  ArenaClock::now() + std::chrono::seconds(60));
+  CHECK(outcome.status == Status::kInterrupted);
+}
+
+TEST_CASE("host arena: ranks that pass other shapes both see a mismatch") {
+  ArenaPair pair = arenaPair(smallArena());
+  std::vector<float> ten(10, 1.0f), twelve(12, 1.0f);
+  const auto deadline = ArenaClock::now() + std::chrono::seconds(20);
+  ArenaOutcome other;
+  std::thread rank1([&] {
+    other = pair.second->allReduce({tensorOf(twelve)}, Reduction::sum(), true, 1, deadline);
+  });
+  ArenaOutcome outcome = pair.first->allReduce({tensorOf(ten)}, Reduction::sum(), true, 1, deadline);
+  rank1.join();
+  CHECK(outcome.status == Status::kMismatch);
+  CHECK(outcome.rank == 1);
+  CHECK(other.status == Status::kMismatch);
+  CHECK(other.rank == 0);
+  CHECK(ten == std::vector<float>(10, 1.0f));  // nothing was folded
+}
+
+TEST_CASE("host arena: opening a missing or different segment is an error, not a crash") {
+  std::string why;
+  CHECK_FALSE(HostArena::open("/actorpipe-arena-missing", 1, 2, smallArena(), why));
+  CHECK(why.find("shm_open") != std::string::npos);
+  std::string name;
+  auto created = HostArena::create(2, smallArena(), name, why);
+  REQUIRE(created);
+  why.clear();
+  CHECK_FALSE(HostArena::open(name, 1, 3, smallArena(), why));  // another group size
+  CHECK_FALSE(why.empty());
+  HostArena::unlink(name);
 }
