@@ -16,15 +16,18 @@ namespace {
 // Ranks on one host reduce through shared memory (host_arena.h). Rank 0
 // creates the segment and the pipes carry its name; the name is removed once
 // every rank has tried to map it, and if any rank could not, nobody uses it.
-// Both steps are collectives on the pipes, so every rank takes them in step.
+// Both steps are collectives on the pipes, so every rank of a one-host group
+// takes them, even one whose settings turn the arena off: it contributes a 0
+// (ranks configured differently still agree, on pipes).
 Error setUpArena(Tree& tree, TreeCore& core) {
-  if (!core.arenaWanted()) return Error::kSuccess;
+  if (!core.arenaPossible()) return Error::kSuccess;
+  const bool wanted = core.arenaWanted();
   const ArenaOptions options = core.arenaOptions();
   std::vector<uint8_t> name(128, 0);
   std::string created;
-  std::string why;
+  std::string why = wanted ? "" : "turned off (TreeOptions::arenaSlotBytes or ACTORPIPE_GROUP_ARENA)";
   std::unique_ptr<HostArena> arena;
-  if (tree.rank() == 0) {
+  if (tree.rank() == 0 && wanted) {
     arena = HostArena::create(tree.size(), options, created, why);
     std::memcpy(name.data(), created.data(), std::min(created.size(), name.size() - 1));
   }
@@ -34,8 +37,8 @@ Error setUpArena(Tree& tree, TreeCore& core) {
   }
   name.back() = 0;
   const std::string shared(reinterpret_cast<const char*>(name.data()));
-  if (shared.empty() && why.empty()) why = "rank 0 could not create it";
-  if (!shared.empty() && tree.rank() != 0) {
+  if (shared.empty() && why.empty()) why = "rank 0 did not create it";
+  if (!shared.empty() && tree.rank() != 0 && wanted) {
     arena = HostArena::open(shared, tree.rank(), tree.size(), options, why);
   }
   std::vector<int32_t> mapped{arena ? 1 : 0};
@@ -44,7 +47,7 @@ Error setUpArena(Tree& tree, TreeCore& core) {
   if (error) return error;
   if (mapped[0] != 1) {
     arena.reset();
-    if (why.empty()) why = "another rank could not map it";
+    if (why.empty()) why = "another rank did not map it";
   }
   core.adoptArena(std::move(arena), why);
   return Error::kSuccess;

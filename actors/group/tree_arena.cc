@@ -19,11 +19,13 @@ size_t fromEnvironment(const char* name, size_t fallback) {
 
 } // namespace
 
+bool TreeCore::arenaPossible() const { return oneHost_ && info.worldSize >= 2; }
+
 bool TreeCore::arenaWanted() const {
   if (const char* text = std::getenv("ACTORPIPE_GROUP_ARENA")) {
     if (std::string(text) == "0") return false;
   }
-  return oneHost_ && info.worldSize >= 2 && options.arenaSlotBytes > 0;
+  return arenaPossible() && options.arenaSlotBytes > 0;
 }
 
 ArenaOptions TreeCore::arenaOptions() const {

@@ -172,7 +172,8 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
 
   // The host arena (tree_arena.cc): whether this group should try one, with
   // which options, the one it set up (null: none, and why), and allReduce on it.
-  bool arenaWanted() const;
+  bool arenaPossible() const;  // the same on every rank: all on one host
+  bool arenaWanted() const;    // this rank's own settings allow it
   ArenaOptions arenaOptions() const;
   void adoptArena(std::unique_ptr<HostArena> arena, std::string note);
   bool onArena() const { return arena_ != nullptr; }
