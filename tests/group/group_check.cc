@@ -498,6 +498,13 @@ int main(int argc, char** argv) {
       checkClientServer(*tree);
     } else if (scenario == "links") {
       for (const auto& line : tree->links()) std::printf("%s\n", line.c_str());
+    } else if (scenario == "arena" || scenario == "noarena") {
+      // Whether this rank's collectives run on the host arena, as expected.
+      const std::string wanted =
+          scenario == "arena" ? "host arena: " + std::to_string(tree->size()) + " ranks" : "host arena: off";
+      bool found = false;
+      for (const auto& line : tree->links()) found = found || line.rfind(wanted, 0) == 0;
+      expect(found, "no \"" + wanted + "\" line in links()");
     } else {
       failCheck("unknown scenario " + scenario);
     }

@@ -259,8 +259,8 @@ ArenaPair arenaPair(const ArenaOptions& options) {
 
 ArenaOptions smallArena() {
   ArenaOptions options;
-  options.slotBytes = 4096;  // 10000 floats: 10 rounds, whole and split
-  options.wholeBytes = 1024;
+  options.slotBytes = 4096;  // 1024 floats per round
+  options.wholeBytes = 1024;  // so a last round of 200 floats (800 bytes) is "whole"
   options.spin = std::chrono::microseconds(20);  // so that waits also sleep
   return options;
 }
@@ -269,7 +269,8 @@ ArenaOptions smallArena() {
 
 TEST_CASE("host arena: two ranks reduce in rounds, and their results are identical") {
   ArenaPair pair = arenaPair(smallArena());
-  std::vector<float> mine(10001), theirs(10001);
+  // 9 "split" rounds of 1024 floats, then one "whole" round of 200.
+  std::vector<float> mine(9 * 1024 + 200), theirs(9 * 1024 + 200);
   for (size_t i = 0; i < mine.size(); ++i) {
     mine[i] = 0.1f * float(i);
     theirs[i] = 1.0f / float(i + 1);
