@@ -59,6 +59,7 @@ Error TreeCore::allReduceOnArena(const std::vector<Tensor>& tensors, const Reduc
     }
     if (broken_) return broken_;
     call = ++sequence_;
+    inCollective_ = call;
   }
   ArenaOutcome outcome;
   std::string thrown;
@@ -68,11 +69,13 @@ Error TreeCore::allReduceOnArena(const std::vector<Tensor>& tensors, const Reduc
   } catch (const std::exception& e) {  // a custom reduction that threw
     thrown = e.what();
   }
+  Lock lock(mutex_);
   if (thrown.empty() && outcome.status == ArenaOutcome::Status::kDone) {
+    endCollective();
     if (contributors) *contributors = outcome.contributors;
     return Error::kSuccess;
   }
-  Lock lock(mutex_);
+  inCollective_ = 0;
   const std::string at = "allReduce #" + std::to_string(call) + " at rank " +
                          std::to_string(info.rank);
   if (!thrown.empty()) {

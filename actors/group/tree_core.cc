@@ -389,21 +389,33 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     return;
   }
   if (descriptor.metadata.rfind("abort ", 0) == 0) {
-    // "abort <rank> <kind> <reason>": the same error, retold by each rank.
+    // "abort <collective> <rank> <kind> <reason>": the same error, retold by
+    // each rank, with the number of the collective its sender was in.
     std::istringstream in(descriptor.metadata.substr(6));
+    uint64_t collective = 0;
     int rank = -1;
     std::string kind;
-    in >> rank >> kind;
+    in >> collective >> rank >> kind;
     std::string reason;
     std::getline(in, reason);
     if (!reason.empty() && reason[0] == ' ') reason.erase(0, 1);
-    if (kind == "rank") {
-      fail(ACTORPIPE_ERROR(RankFailedError, rank, reason));
-    } else if (kind == "logic") {
-      fail(ACTORPIPE_ERROR(LogicError, reason));
-    } else {
-      fail(ACTORPIPE_ERROR(TimeoutError, reason));
+    Error error = kind == "rank"    ? ACTORPIPE_ERROR(RankFailedError, rank, reason)
+                  : kind == "logic" ? ACTORPIPE_ERROR(LogicError, reason)
+                                    : ACTORPIPE_ERROR(TimeoutError, reason);
+    // A sender already in a later collective than ours (the one we are in,
+    // or our next) finished ours: ours can still end well, its data perhaps
+    // just behind this notice on another link. Fail once ours is over. (This
+    // link has nothing more for ours: a message for it would have been read
+    // before this notice.)
+    const uint64_t ours = inCollective_ != 0 ? inCollective_ : sequence_ + 1;
+    if (collective > ours) {
+      if (!deferredAbort_) {
+        deferredAbort_ = error;
+        deferredCollective_ = collective;
+      }
+      return;
     }
+    fail(error, collective);
     return;
   }
   if (descriptor.metadata == "bye") {
@@ -555,11 +567,11 @@ void TreeCore::failLink(Link& link, const Error& error) {
                            error.what() + ")"));
 }
 
-void TreeCore::fail(Error error) {
+void TreeCore::fail(Error error, uint64_t collective) {
   if (broken_) return;
   broken_ = error;
   if (arena_) arena_->interrupt();
-  sendAbort(error);
+  sendAbort(error, std::max(collective, sequence_));
   if (operation_ && !operation_->finished && !operation_->error) operation_->error = error;
   operationFinished_ = true;
   changed_.notify_all();
@@ -567,7 +579,7 @@ void TreeCore::fail(Error error) {
 
 // Tells every neighbour, so the news crosses the whole tree: each rank that
 // hears it fails and passes it on, naming the same rank.
-void TreeCore::sendAbort(const Error& error) {
+void TreeCore::sendAbort(const Error& error, uint64_t collective) {
   int rank = -1;
   std::string kind = "timeout";
   std::string reason = error.what();
@@ -586,7 +598,8 @@ void TreeCore::sendAbort(const Error& error) {
   for (auto& link : links_) {
     if (!link->pipe) continue;
     Message message;
-    message.metadata = "abort " + std::to_string(rank) + " " + kind + " " + reason;
+    message.metadata = "abort " + std::to_string(collective) + " " + std::to_string(rank) + " " +
+                       kind + " " + reason;
     ++abortsInFlight_;
     std::weak_ptr<TreeCore> weak = weak_from_this();
     link->pipe->write(std::move(message), [weak](const Error&) {
@@ -604,6 +617,13 @@ bool TreeCore::readsInFlight() const {
     if (link->readingData) return true;
   }
   return false;
+}
+
+// Under the lock, when a collective returns: an abort notice it deferred
+// (about a later collective) now fails the group.
+void TreeCore::endCollective() {
+  inCollective_ = 0;
+  if (deferredAbort_) fail(deferredAbort_, deferredCollective_);
 }
 
 Error TreeCore::checkTensors(const char* name, const std::vector<Tensor>& tensors) const {
@@ -638,6 +658,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   operationFinished_ = false;
   for (auto& link : links_) link->consumed = 0;
   operation_ = operation;
+  inCollective_ = operation->sequence;
   begin();
   lock.unlock();
 
@@ -676,6 +697,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
     }
   }
   operation_.reset();
+  endCollective();
   handOver_ = false;  // when begin() finished the call itself, nobody waits to be handed the CPU
   return op.error;
 }

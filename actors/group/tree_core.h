@@ -188,6 +188,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   const TreeNode& me() const { return tree[info.rank]; }
   Error connectLinks(const std::vector<Member>& table);
   Error checkTensors(const char* name, const std::vector<Tensor>& tensors) const;
+  void endCollective();
   void readNext(Link& link);
   void onDescriptor(Link& link, const Error& error, Descriptor descriptor);
   void pump(Link& link);
@@ -216,12 +217,13 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void advanceCube();
   void settleExchange(size_t chunk);
   void checkFinished();
-  void fail(Error error);
+  // `collective`: the one the failure is about, when another rank told us.
+  void fail(Error error, uint64_t collective = 0);
   void failLink(Link& link, const Error& error);
   Link* linkTo(int rank);
   Message chunkMessage(size_t chunk, int contributors, bool withTensors);
   bool readsInFlight() const;
-  void sendAbort(const Error& error);
+  void sendAbort(const Error& error, uint64_t collective);
 
   std::shared_ptr<Context> context_;
   std::shared_ptr<Listener> listener_;
@@ -243,6 +245,9 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool rendezvousFileOwned_{false};
   std::chrono::microseconds pollWindow_{200};
   bool oneHost_{false};
+  uint64_t inCollective_{0};  // the collective this rank is in (0: none)
+  Error deferredAbort_;       // a later collective's failure, told while ours runs
+  uint64_t deferredCollective_{0};
   std::unique_ptr<HostArena> arena_;  // set once, before any collective runs on it
   std::string arenaNote_;
 };

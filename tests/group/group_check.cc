@@ -436,6 +436,9 @@ int main(int argc, char** argv) {
   options.operationTimeout = std::chrono::seconds(60);
   if (const char* radix = std::getenv("GROUP_CHECK_RADIX")) options.radix = std::atoi(radix);
   if (const char* lanes = std::getenv("GROUP_CHECK_LANES")) options.crossHostLanes = std::atoi(lanes);
+  if (const char* ms = std::getenv("GROUP_CHECK_TIMEOUT_MS")) {
+    options.operationTimeout = std::chrono::milliseconds(std::atoi(ms));
+  }
 
   // Scenarios that need the group formed differently come first.
   if (!args.empty() && args[0] == "absent") {
@@ -498,6 +501,21 @@ int main(int argc, char** argv) {
       checkClientServer(*tree);
     } else if (scenario == "links") {
       for (const auto& line : tree->links()) std::printf("%s\n", line.c_str());
+    } else if (scenario == "late") {
+      // Rank 2 comes late to a broadcast that rank 1 finishes at once; rank 1
+      // (given a short operationTimeout by the test) then times out in the
+      // next collective and tells everyone. Its notice must not fail the
+      // broadcast, which every rank can still finish: only the next one fails.
+      if (tree->rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(3));
+      std::vector<int32_t> values(size_t(1) << 16, tree->rank() == 0 ? 7 : 0);
+      ok(tree->broadcast({tensorOf(values)}), "the broadcast before the failure");
+      expectAll(values, int32_t(7), "broadcast values");
+      std::vector<float> next(16, 1.0f);
+      actorpipe::Error error = tree->allReduce({tensorOf(next)}, Reduction::sum());
+      expect(error && error.isOfType<TimeoutError>(),
+             "the collective after it gave: " + (error ? error.what() : std::string("no error")));
+      std::printf("rank %d saw: %s\n", tree->rank(), error.what().c_str());
+      return 0;
     } else if (scenario == "arena" || scenario == "noarena") {
       // Whether this rank's collectives run on the host arena, as expected.
       const std::string wanted =
