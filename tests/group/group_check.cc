@@ -9,6 +9,7 @@
 // locally; a rank exits non-zero (with the reason on stderr) on the first
 // mismatch, so actorpipe-run fails the whole test.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -243,11 +244,39 @@ void checkBroadcastAndScatter(Tree& tree) {
   for (size_t i = 0; i < mine.size(); ++i) expect(mine[i] == int64_t(r) * 100000 + int64_t(i), "scatter value");
 }
 
-// The victim dies in the middle of a large allReduce; every other rank's
+// A barrier outside the group: the victim must not die before every rank has
+// finished the warm-up (it finishes its own first, and a rank still reading
+// the last warm-up message would see the death there). Each survivor drops a
+// marker in a directory named after the launcher; the victim waits for all.
+void warmedUp(const Tree& tree, int victim) {
+  const std::string dir = "/tmp/actorpipe-check-" + std::to_string(::getppid()) + "-" +
+                          std::to_string(tree.size());
+  ::mkdir(dir.c_str(), 0700);  // every rank tries; one creates it
+  const auto marker = [&](int rank) { return dir + "/" + std::to_string(rank); };
+  if (tree.rank() != victim) {
+    FILE* f = std::fopen(marker(tree.rank()).c_str(), "w");
+    expect(f != nullptr, "cannot create " + marker(tree.rank()));
+    std::fclose(f);
+    return;
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (int rank = 0; rank < tree.size(); ++rank) {
+    if (rank == victim) continue;
+    while (::access(marker(rank).c_str(), F_OK) != 0) {
+      expect(Clock::now() < deadline, "rank " + std::to_string(rank) + " never finished its warm-up");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+  for (int rank = 0; rank < tree.size(); ++rank) ::unlink(marker(rank).c_str());
+  ::rmdir(dir.c_str());
+}
+
+// The victim dies in the middle of an allReduce; every other rank's
 // collective must fail naming it, within a bound.
 int checkDeath(Tree& tree, int victim, bool small) {
   std::vector<float> warmup(1000, 1.0f);
   ok(tree.allReduce({tensorOf(warmup)}, Reduction::sum()), "warm-up");
+  warmedUp(tree, victim);
   // 16 MiB goes round the ring on one host; 4 KiB uses the tree, the
   // exchange or recursive doubling, depending on the group's size.
   std::vector<float> big(small ? 1024 : size_t(16) << 20 >> 2, 1.0f);
