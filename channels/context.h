@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
 
 namespace actorpipe::detail {
@@ -36,10 +37,13 @@ class Endpoint {
   // the copy it saves. Both sides need not agree: each frame says which.
   virtual size_t inlineBelow() const { return 0; }
   // The pipe's loop (called once, on it, right after the endpoint is made).
-  virtual void attach(detail::Loop& loop) {}
+  virtual void attach(actorpipe::detail::Loop& loop) {}
   // Loop thread: complete at once whatever is already complete (the pipe is
   // about to fail; what the peer finished must not be reported as failed).
   virtual void flush() {}
+  // Once the pipe is established: how to learn which process the peer is
+  // (channels that need it: see Context::needsPeerProcess).
+  virtual void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {}
 };
 
 class Context {
@@ -64,8 +68,17 @@ class Context {
   // What this side tells the peer about itself in its hello (cma: where to
   // find a probe word), and whether the peer's is reachable from here. A
   // channel the acceptor cannot reach is not chosen (it says why).
+  // `current` is the kernel's word on the peer over the connection the
+  // hello came on (null where that transport cannot tell). Never act on a
+  // pid or address from `peerDetail` alone: the peer wrote it.
   virtual std::string helloDetail() const { return std::string(); }
-  virtual bool reachable(const std::string& peerDetail, std::string& why) const { return true; }
+  virtual bool reachable(const std::string& peerDetail, const actorpipe::detail::PeerProcess* current,
+                         std::string& why) const {
+    return true;
+  }
+  // Channels that act on the peer's process (cma) are chosen only over a
+  // transport that can name it (transport::Context::knowsPeerProcess).
+  virtual bool needsPeerProcess() const { return false; }
   // Out-of-band channels make one endpoint per pipe. The accepting side
   // makes it first and fills `setup` with what the connecting side needs
   // (it travels in the welcome frame); an error means the channel cannot

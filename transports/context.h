@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
 
 namespace actorpipe::detail {
@@ -46,6 +48,9 @@ class Connection {
   // no operation is pending. Bytes that arrived before stay readable; reads
   // beyond them fail with EOF.
   virtual void onPeerGone(std::function<void(const Error&)> fn) = 0;
+  // The peer process as the kernel names it, once connected; empty where
+  // the transport cannot know (tcp, ibv). Loop thread.
+  virtual std::optional<actorpipe::detail::PeerProcess> peerProcess() const { return std::nullopt; }
 };
 
 class Listener {
@@ -76,16 +81,18 @@ class Context {
   // Two contexts can connect when their domain descriptors are equal.
   virtual const std::string& domainDescriptor() const = 0;
   virtual void setId(std::string id) = 0;
+  // Whether its connections can name the peer process (Connection::peerProcess).
+  virtual bool knowsPeerProcess() const { return false; }
 
   virtual void close() = 0;
   virtual void join() = 0;
 
   // --- for actorpipe's core --------------------------------------------
   // The loop that runs this transport's handles, and every pipe built on it.
-  virtual detail::Loop& loop() = 0;
+  virtual actorpipe::detail::Loop& loop() = 0;
   // Runs the transport on its Context's loop; false if it already runs on
   // one of its own (it was used before it was registered).
-  virtual bool adoptLoop(std::shared_ptr<detail::Loop> loop) = 0;
+  virtual bool adoptLoop(std::shared_ptr<actorpipe::detail::Loop> loop) = 0;
   // Fails every connection and listener with `reason`: what happens when the
   // transport's supervising actor goes down.
   virtual void shutdown(const Error& reason) = 0;

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <caf/send.hpp>
 
@@ -259,7 +260,11 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
                                   std::to_string(bestScore) + ")");
 
   // Channels: per device type, among those both sides have in the same
-  // domain, the highest sum of both priorities wins, ties by name.
+  // domain, the highest sum of both priorities wins, ties by name. The
+  // kernel's word on the peer (shm) lets cma check who it is dealing with.
+  auto finalTransport = context_->transport(bestTransport);
+  const bool knowsPeer = finalTransport && finalTransport->context->knowsPeerProcess();
+  const std::optional<PeerProcess> kernelPeer = connection_->peerProcess();
   std::map<std::string, std::string> chosen;
   std::map<std::string, int64_t> bestChannelScore;
   for (const auto& mine : ours.channels) {
@@ -275,7 +280,12 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
     }
     std::string why;
     auto entry = context_->channel(mine.name);
-    if (entry && !entry->context->reachable(theirs->detail, why)) {
+    if (entry && entry->context->needsPeerProcess() && !knowsPeer) {
+      notes.push_back("channel " + mine.name + ": transport " + bestTransport +
+                      " cannot tell which process the peer is");
+      continue;
+    }
+    if (entry && !entry->context->reachable(theirs->detail, kernelPeer ? &*kernelPeer : nullptr, why)) {
       notes.push_back("channel " + mine.name + ": " + why);
       continue;
     }
@@ -384,6 +394,13 @@ void PipeCore::establish() {
   connection_->onPeerGone([weak](const Error& e) {
     if (auto core = weak.lock()) core->onPeerGone(e);
   });
+  std::weak_ptr<transport::Connection> final = connection_;
+  for (auto& endpoint : endpoints_) {
+    endpoint.second->setPeerProcess([final]() -> std::optional<PeerProcess> {
+      auto connection = final.lock();
+      return connection ? connection->peerProcess() : std::nullopt;
+    });
+  }
   {
     std::lock_guard<std::mutex> guard(infoMutex_);
     info_.established = true;

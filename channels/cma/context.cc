@@ -71,29 +71,46 @@ class CmaContext final : public Context {
   bool sendsInline() const override { return false; }
   std::string helloDetail() const override { return detail_; }
 
-  // The real test: can we read the peer's probe?
-  bool reachable(const std::string& peer, std::string& why) const override {
-    int pid = 0;
+  // The real test: can we read the peer's probe? Only ever in the process
+  // the kernel names (`current`); the pid in the peer's detail must match it.
+  // Without the kernel's word now (the hello came over tcp and the pipe moves
+  // to shm), the first read checks the identity instead (pull_endpoint.h).
+  bool reachable(const std::string& peer, const actorpipe::detail::PeerProcess* current,
+                 std::string& why) const override {
+    long long pid = 0;
     uintptr_t address = 0;
     size_t length = 0;
-    if (std::sscanf(peer.c_str(), "%d:%" SCNxPTR ":%zu", &pid, &address, &length) != 3 ||
-        length != sizeof(kProbe)) {
+    int consumed = 0;
+    if (std::sscanf(peer.c_str(), "%lld:%" SCNxPTR ":%zu%n", &pid, &address, &length, &consumed) != 3 ||
+        static_cast<size_t>(consumed) != peer.size() || length != sizeof(kProbe)) {
       why = "the peer sent no usable probe";
+      return false;
+    }
+    if (current == nullptr) return true;
+    if (current->uid != ::geteuid()) {
+      why = "the peer process runs as uid " + std::to_string(current->uid) + ", this one as " +
+            std::to_string(::geteuid());
+      return false;
+    }
+    if (pid != current->pid) {
+      why = "the peer says it is pid " + std::to_string(pid) + ", the kernel says pid " +
+            std::to_string(current->pid);
       return false;
     }
     char copy[sizeof(kProbe)] = {0};
     iovec local{copy, sizeof(copy)};
     iovec remote{reinterpret_cast<void*>(address), sizeof(kProbe)};
-    if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(kProbe))) {
+    if (::process_vm_readv(current->pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof(kProbe))) {
       why = std::string("cannot read the peer's memory: ") + std::strerror(errno);
       return false;
     }
     if (std::memcmp(copy, kProbe, sizeof(kProbe)) != 0) {
-      why = "the peer's probe reads wrong (not the process it claims to be)";
+      why = "the peer's probe reads wrong";
       return false;
     }
     return true;
   }
+  bool needsPeerProcess() const override { return true; }
 
   std::shared_ptr<Endpoint> acceptEndpoint(std::string&, Error&) override { return make(); }
   std::shared_ptr<Endpoint> connectEndpoint(const std::string&, Error&) override { return make(); }
@@ -102,7 +119,7 @@ class CmaContext final : public Context {
   std::shared_ptr<Endpoint> make() {
     // Two system calls and a page walk cost more than copying small tensors
     // through the transport (measured: docs/benchmarks.md).
-    return std::make_shared<detail::PullEndpoint>(detail::crossProcessAccess(), "cma", 64 * 1024);
+    return std::make_shared<detail::PullEndpoint>(detail::PullFormat::kCrossProcess, "cma", 64 * 1024);
   }
   std::vector<std::string> deviceTypes_{kCpuDeviceType};
   std::string domain_;

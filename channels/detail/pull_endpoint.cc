@@ -1,13 +1,13 @@
 #include <actorpipe/channels/detail/pull_endpoint.h>
 
+#include <poll.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cinttypes>
-#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -28,46 +28,6 @@ std::atomic<uint64_t>* newAckWord() {
   words->push_back(word);
   return word;
 }
-
-class InProcess final : public MemoryAccess {
- public:
-  Error read(pid_t, void* local, uintptr_t remote, size_t length) override {
-    std::memcpy(local, reinterpret_cast<const void*>(remote), length);
-    return Error();
-  }
-  Error store(pid_t, uintptr_t remote, uint64_t value) override {
-    reinterpret_cast<std::atomic<uint64_t>*>(remote)->store(value, std::memory_order_release);
-    return Error();
-  }
-};
-
-class CrossProcess final : public MemoryAccess {
- public:
-  Error read(pid_t pid, void* local, uintptr_t remote, size_t length) override {
-    size_t done = 0;
-    while (done < length) {
-      iovec l{static_cast<uint8_t*>(local) + done, length - done};
-      iovec r{reinterpret_cast<void*>(remote + done), length - done};
-      ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
-      if (n <= 0) {
-        return ACTORPIPE_ERROR(SystemError, "process_vm_readv from pid " + std::to_string(pid),
-                               n < 0 ? errno : EIO);
-      }
-      done += static_cast<size_t>(n);
-    }
-    return Error();
-  }
-  Error store(pid_t pid, uintptr_t remote, uint64_t value) override {
-    // An aligned 8-byte write lands whole: the sender's atomic load sees the
-    // old or the new value, nothing in between.
-    iovec l{&value, sizeof(value)};
-    iovec r{reinterpret_cast<void*>(remote), sizeof(value)};
-    if (::process_vm_writev(pid, &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof(value))) {
-      return ACTORPIPE_ERROR(SystemError, "process_vm_writev to pid " + std::to_string(pid), errno);
-    }
-    return Error();
-  }
-};
 
 // Copies of large tensors are split in two, and a helper thread takes the
 // second half: one core cannot saturate memory bandwidth alone (NOTES: one
@@ -124,35 +84,62 @@ bool mayUseTwoCores() {
   return ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 1;
 }
 
-Error splitRead(MemoryAccess& access, pid_t pid, void* local, uintptr_t remote, size_t length) {
-  if (length < kSplitAbove || !mayUseTwoCores()) return access.read(pid, local, remote, length);
+// Runs copy(offset, n) over [0, length), large copies in two halves at once.
+Error splitCopy(size_t length, const std::function<Error(size_t, size_t)>& copy) {
+  if (length < kSplitAbove || !mayUseTwoCores()) return copy(0, length);
   size_t half = (length / 2) & ~size_t(4095);
   std::atomic<bool> finished{false};
   Error second;
   CopyHelper::instance().run([&] {
-    second = access.read(pid, static_cast<uint8_t*>(local) + half, remote + half, length - half);
+    second = copy(half, length - half);
     finished.store(true, std::memory_order_release);
   });
-  Error first = access.read(pid, local, remote, half);
+  Error first = copy(0, half);
   while (!finished.load(std::memory_order_acquire)) {
     std::this_thread::yield();
   }
   return first ? first : second;
 }
 
+Error readProcess(pid_t pid, void* local, uint64_t remote, size_t length) {
+  size_t done = 0;
+  while (done < length) {
+    iovec l{static_cast<uint8_t*>(local) + done, length - done};
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), length - done};
+    ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) {
+      return ACTORPIPE_ERROR(SystemError, "process_vm_readv from the peer (pid " + std::to_string(pid) + ")",
+                             n < 0 ? errno : EIO);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Error();
+}
+
+// Whether the process behind `pidfd` has exited (its pid may then name
+// another process by now).
+bool exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
 }  // namespace
 
-std::shared_ptr<MemoryAccess> inProcessAccess() { return std::make_shared<InProcess>(); }
-std::shared_ptr<MemoryAccess> crossProcessAccess() { return std::make_shared<CrossProcess>(); }
-
-PullEndpoint::PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel, size_t inlineBelow)
-    : access_(std::move(access)),
-      channel_(std::move(channel)),
-      inlineBelow_(inlineBelow),
-      acked_(newAckWord()) {}
+PullEndpoint::PullEndpoint(PullFormat format, std::string channel, size_t inlineBelow)
+    : format_(format), channel_(std::move(channel)), inlineBelow_(inlineBelow), acked_(newAckWord()) {}
 // acked_ is deliberately not deleted (8 bytes per pipe): see the header.
 
-PullEndpoint::~PullEndpoint() = default;
+PullEndpoint::~PullEndpoint() {
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+void PullEndpoint::link(const std::shared_ptr<PullEndpoint>& a, const std::shared_ptr<PullEndpoint>& b) {
+  for (auto [self, other] : {std::pair{a, b}, std::pair{b, a}}) {
+    std::lock_guard<std::mutex> guard(self->peerMutex_);
+    self->peer_ = other;
+    self->linked_ = true;
+  }
+}
 
 void PullEndpoint::attach(actorpipe::detail::Loop& loop) {
   loop_ = &loop;
@@ -160,44 +147,112 @@ void PullEndpoint::attach(actorpipe::detail::Loop& loop) {
   polled_ = true;
 }
 
-// "pid:address:length:ack-address:sequence"
+void PullEndpoint::setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) { lookup_ = std::move(lookup); }
+
 std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
   std::lock_guard<std::mutex> guard(mutex_);
   if (error_) {
     done(error_);
     return std::string();
   }
-  uint64_t seq = nextSeq_++;
-  pending_.push_back({seq, std::move(done)});
-  char buf[128];
-  std::snprintf(buf, sizeof(buf), "%d:%" PRIxPTR ":%zu:%" PRIxPTR ":%" PRIu64, static_cast<int>(::getpid()),
-                reinterpret_cast<uintptr_t>(ptr), length, reinterpret_cast<uintptr_t>(acked_), seq);
-  return buf;
+  PullDescriptor d;
+  d.seq = nextSeq_++;
+  d.length = length;
+  d.address = reinterpret_cast<uintptr_t>(ptr);
+  d.ack = reinterpret_cast<uintptr_t>(acked_);
+  pending_.push_back({d.seq, ptr, length, false, std::move(done)});
+  return formatPullDescriptor(d, format_);
 }
 
 void PullEndpoint::recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) {
-  int pid = 0;
-  uintptr_t address = 0, ack = 0;
-  size_t announced = 0;
-  uint64_t seq = 0;
-  int consumed = 0;
-  if (std::sscanf(descriptor.c_str(), "%d:%" SCNxPTR ":%zu:%" SCNxPTR ":%" SCNu64 "%n", &pid, &address,
-                  &announced, &ack, &seq, &consumed) != 5 ||
-      static_cast<size_t>(consumed) != descriptor.size()) {
-    return done(ACTORPIPE_ERROR(ProtocolError, "bad " + channel_ + " descriptor '" + descriptor + "'"));
-  }
-  if (announced != length) {
-    return done(ACTORPIPE_ERROR(ProtocolError, channel_ + " descriptor announces " + std::to_string(announced) +
+  PullDescriptor d;
+  if (auto e = parsePullDescriptor(descriptor, format_, channel_, d)) return done(e);
+  if (d.length != length) {
+    return done(ACTORPIPE_ERROR(ProtocolError, channel_ + " descriptor announces " + std::to_string(d.length) +
                                                    " bytes for a tensor of " + std::to_string(length)));
+  }
+  if (d.seq != expectedSeq_) {
+    return done(ACTORPIPE_ERROR(ProtocolError, channel_ + " descriptor names transfer " + std::to_string(d.seq) +
+                                                   " where " + std::to_string(expectedSeq_) + " comes next"));
   }
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (error_) return done(error_);
   }
-  if (auto e = splitRead(*access_, pid, ptr, address, length)) return done(e);
-  // Acknowledge before reporting: see the header.
-  if (auto e = access_->store(pid, ack, seq)) return done(e);
-  done(Error());
+  Error e = format_ == PullFormat::kInProcess ? readLinked(d, ptr, length) : readPeerProcess(d, ptr, length);
+  if (!e) ++expectedSeq_;
+  done(e);
+}
+
+Error PullEndpoint::readLinked(const PullDescriptor& d, void* ptr, size_t length) {
+  std::shared_ptr<PullEndpoint> sender;
+  bool linked;
+  {
+    std::lock_guard<std::mutex> guard(peerMutex_);
+    sender = peer_.lock();
+    linked = linked_;
+  }
+  if (!sender) {
+    return linked ? ACTORPIPE_ERROR(PipeClosedError)
+                  : ACTORPIPE_ERROR(ProtocolError, channel_ + ": the peer is not an endpoint of this process");
+  }
+  std::lock_guard<std::mutex> guard(sender->mutex_);
+  if (sender->error_) return sender->error_;
+  for (auto& p : sender->pending_) {
+    if (p.seq != d.seq) continue;
+    if (p.read || p.length != length) break;
+    // Under the sender's mutex: it cannot fail this transfer (and its owner
+    // free the memory) while we copy.
+    auto* from = static_cast<const uint8_t*>(p.ptr);
+    splitCopy(length, [&](size_t offset, size_t n) {
+      std::memcpy(static_cast<uint8_t*>(ptr) + offset, from + offset, n);
+      return Error();
+    });
+    p.read = true;
+    sender->acked_->store(d.seq, std::memory_order_release);
+    return Error();
+  }
+  return ACTORPIPE_ERROR(ProtocolError, channel_ + " descriptor names no pending transfer of " +
+                                            std::to_string(length) + " bytes (transfer " + std::to_string(d.seq) + ")");
+}
+
+Error PullEndpoint::bindPeerProcess() {
+  if (bound_) return bindError_;
+  bound_ = true;
+  auto peer = lookup_ ? lookup_() : std::nullopt;
+  if (!peer || peer->pid <= 0) {
+    bindError_ = ACTORPIPE_ERROR(ProtocolError, channel_ + ": the transport cannot tell which process the peer is");
+  } else if (peer->uid != ::geteuid()) {
+    bindError_ = ACTORPIPE_ERROR(ProtocolError, channel_ + ": the peer process runs as uid " +
+                                                    std::to_string(peer->uid) + ", this one as " +
+                                                    std::to_string(::geteuid()));
+  } else {
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, peer->pid, 0));
+    if (pidfd_ < 0) {
+      bindError_ = ACTORPIPE_ERROR(SystemError, "pidfd_open of the peer (pid " + std::to_string(peer->pid) + ")", errno);
+    } else {
+      peerPid_ = peer->pid;
+    }
+  }
+  return bindError_;
+}
+
+Error PullEndpoint::readPeerProcess(const PullDescriptor& d, void* ptr, size_t length) {
+  if (auto e = bindPeerProcess()) return e;
+  Error e = splitCopy(length, [&](size_t offset, size_t n) {
+    return readProcess(peerPid_, static_cast<uint8_t*>(ptr) + offset, d.address + offset, n);
+  });
+  if (e) return e;
+  if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);  // the peer process exited
+  // Acknowledge before reporting: see the header. An aligned 8-byte write
+  // lands whole: the sender's atomic load sees the old or the new value.
+  uint64_t value = d.seq;
+  iovec l{&value, sizeof(value)};
+  iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(d.ack)), sizeof(value)};
+  if (::process_vm_writev(peerPid_, &l, 1, &r, 1, 0) != static_cast<ssize_t>(sizeof(value))) {
+    return ACTORPIPE_ERROR(SystemError, "process_vm_writev to the peer (pid " + std::to_string(peerPid_) + ")", errno);
+  }
+  return Error();
 }
 
 bool PullEndpoint::poll() {

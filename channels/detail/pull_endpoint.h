@@ -1,14 +1,33 @@
 #pragma once
 // The endpoint of channels where the receiver pulls: xth (same process,
 // memcpy) and cma (same host, process_vm_readv). The sender only describes
-// where its bytes are; the receiver copies them straight into its
-// allocation, then stores the transfer's sequence number into the sender's
+// its bytes; the receiver copies them straight into its allocation, then
+// acknowledges the transfer's sequence number in the sender's
 // acknowledgement word, and only then reports its read done. So a receiver
 // that exits right after its read never makes the sender's write fail.
 //
 // The sender learns of acknowledgements by polling the word: every turn of
 // its loop while busy, and every millisecond while transfers are pending and
 // the loop sleeps. No extra socket, no extra round trip.
+//
+// What a hostile peer can do (docs/security.md, "Pull channels"):
+// - xth: nothing. Descriptors name no address: the receiver looks the
+//   sequence number up in the table of its *linked* sender, an endpoint of
+//   this process paired through an unguessable token (xth/context.cc). An
+//   endpoint with no linked sender (the peer is not in this process, whatever
+//   its domain string said) fails every read with a ProtocolError. An entry
+//   serves one read, of its own length.
+// - cma: descriptors name addresses in the sender's address space, never a
+//   pid. The receiver reads from, and acknowledges into, only the process
+//   the kernel says is at the other end of the pipe's connection, and only
+//   if it runs as our own user (it could ptrace us anyway); a pidfd taken at
+//   the first read tells if that process is gone (its pid may be reused).
+//   So a peer can make us read or write only its own memory.
+//
+// Thread model: send() and close() from any thread; recv(), poll() and the
+// Poller hooks on the loop thread. The receiver of xth copies while holding
+// its sender's mutex, so the sender cannot fail (and free) a transfer that
+// is being read.
 #include <sys/types.h>
 
 #include <atomic>
@@ -19,28 +38,20 @@
 #include <string>
 
 #include <actorpipe/channels/context.h>
+#include <actorpipe/channels/detail/pull_descriptor.h>
 #include <actorpipe/runtime/detail/loop.h>
 
 namespace actorpipe::channel::detail {
-
-// How the receiver reaches the sender's memory.
-class MemoryAccess {
- public:
-  virtual ~MemoryAccess() = default;
-  virtual Error read(pid_t pid, void* local, uintptr_t remote, size_t length) = 0;
-  // Stores `value` into the std::atomic<uint64_t> at `remote`.
-  virtual Error store(pid_t pid, uintptr_t remote, uint64_t value) = 0;
-};
-
-std::shared_ptr<MemoryAccess> inProcessAccess();
-std::shared_ptr<MemoryAccess> crossProcessAccess();
 
 class PullEndpoint final : public Endpoint,
                            public actorpipe::detail::Loop::Poller,
                            public std::enable_shared_from_this<PullEndpoint> {
  public:
-  PullEndpoint(std::shared_ptr<MemoryAccess> access, std::string channel, size_t inlineBelow);
+  PullEndpoint(PullFormat format, std::string channel, size_t inlineBelow);
   ~PullEndpoint() override;
+
+  // xth: `a` and `b` read from each other. Both in this process.
+  static void link(const std::shared_ptr<PullEndpoint>& a, const std::shared_ptr<PullEndpoint>& b);
 
   std::string send(const void* ptr, size_t length, done_fn done) override;
   void recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) override;
@@ -48,29 +59,50 @@ class PullEndpoint final : public Endpoint,
   void attach(actorpipe::detail::Loop& loop) override;
   void flush() override { poll(); }
   size_t inlineBelow() const override { return inlineBelow_; }
+  void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) override;
 
   bool poll() override;
   bool prepareToSleep() override;
   void awake() override;
 
  private:
-  void closeInLoop(const Error& reason);
-
-  std::shared_ptr<MemoryAccess> access_;
-  std::string channel_;
-  size_t inlineBelow_;
-  actorpipe::detail::Loop* loop_{nullptr};
-  // Written by the peer (another thread, or another process). Never freed:
-  // a peer that acknowledges late must not write into reused memory.
-  std::atomic<uint64_t>* acked_;
-  uint64_t nextSeq_{1};
   struct Pending {
     uint64_t seq;
+    const void* ptr;
+    size_t length;
+    bool read;
     done_fn done;
   };
-  std::mutex mutex_;  // send() and close() may come from other threads
+
+  void closeInLoop(const Error& reason);
+  Error readLinked(const PullDescriptor& d, void* ptr, size_t length);
+  Error readPeerProcess(const PullDescriptor& d, void* ptr, size_t length);
+  Error bindPeerProcess();
+
+  const PullFormat format_;
+  const std::string channel_;
+  const size_t inlineBelow_;
+  actorpipe::detail::Loop* loop_{nullptr};
+  // Written by the peer (another thread, or another process). Never freed:
+  // a cma peer that acknowledges late must not write into reused memory.
+  std::atomic<uint64_t>* acked_;
+
+  std::mutex mutex_;  // guards the sender's state below: send() and close() come from any thread
+  uint64_t nextSeq_{1};
   std::deque<Pending> pending_;
   Error error_;
+
+  // Receiver's state, loop thread only.
+  uint64_t expectedSeq_{1};  // the peer's transfers arrive in order, each once
+  std::mutex peerMutex_;     // link() may run on another pipe's loop
+  std::weak_ptr<PullEndpoint> peer_;
+  bool linked_{false};
+  actorpipe::detail::PeerProcessLookup lookup_;
+  bool bound_{false};
+  Error bindError_;
+  pid_t peerPid_{0};
+  int pidfd_{-1};
+
   bool polled_{false};
   uint64_t wakeTimer_{0};
 };

@@ -403,4 +403,14 @@ void ShmConnection::closeInLoop(const Error& reason) {
   for (auto& op : writes) op.fn(error_);
 }
 
+std::optional<actorpipe::detail::PeerProcess> ShmConnection::peerProcess() const {
+  ucred credentials{};
+  socklen_t length = sizeof(credentials);
+  if (fd_ < 0 || ::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0 ||
+      credentials.pid <= 0) {
+    return std::nullopt;  // not connected, or the peer is in another pid namespace
+  }
+  return actorpipe::detail::PeerProcess{credentials.pid, credentials.uid};
+}
+
 } // namespace actorpipe::transport::shm

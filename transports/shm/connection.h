@@ -38,6 +38,8 @@ class ShmConnection final : public Connection,
   void close(Error reason) override;
   std::string peerAddress() const override { return peer_; }
   void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
+  // SO_PEERCRED: the process that connected (or listened), as the kernel saw it.
+  std::optional<actorpipe::detail::PeerProcess> peerProcess() const override;
 
   bool poll() override;
   bool prepareToSleep() override;

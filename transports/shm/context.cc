@@ -190,6 +190,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
   bool isViable() const override { return viable_; }
   const std::string& domainDescriptor() const override { return domain_; }
   void setId(std::string id) override { id_ = std::move(id); }
+  bool knowsPeerProcess() const override { return true; }
   void close() override { shutdown(ACTORPIPE_ERROR(ContextClosedError)); }
   void join() override {
     close();
