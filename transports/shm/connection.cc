@@ -1,5 +1,6 @@
 #include <actorpipe/transports/shm/connection.h>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -41,9 +42,18 @@ ShmConnection::~ShmConnection() {
 
 // --- setting up -------------------------------------------------------------
 
+// The peer keeps its descriptors: a memfd it could shrink after we mapped it
+// would turn our next access into SIGBUS, one it could grow would not match
+// what we checked. So the memory must be sealed against both (which also
+// means a memfd: other files cannot take those seals), and then its size is
+// for good what we check here.
 Error ShmConnection::mapRings(int outFd, int inFd, size_t ringSize) {
   mapSize_ = kRingHeaderSize + ringSize;
   for (int fd : {outFd, inFd}) {
+    int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+      return ACTORPIPE_ERROR(ProtocolError, "shm ring not sealed");
+    }
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != mapSize_) {
       return ACTORPIPE_ERROR(ProtocolError, "shm ring of unexpected size");
@@ -81,9 +91,14 @@ void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
   int fds[2] = {-1, -1};
   Error error;
   for (int& fd : fds) {
-    fd = ::memfd_create("actorpipe-shm-ring", MFD_CLOEXEC);
+    fd = ::memfd_create("actorpipe-shm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(kRingHeaderSize + ringSize)) != 0) {
       error = systemError("memfd_create/ftruncate");
+      break;
+    }
+    // The accepting side refuses unsealed rings (see mapRings).
+    if (::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      error = systemError("fcntl(F_ADD_SEALS)");
       break;
     }
   }
@@ -112,11 +127,31 @@ void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
   watchSocket();
 }
 
-void ShmConnection::startAsServer(int fd, ready_fn ready) {
+void ShmConnection::startAsServer(int fd, size_t maxRingSize, ready_fn ready) {
   self_ = shared_from_this();
   fd_ = fd;
+  maxRingSize_ = maxRingSize;
   onReady_ = std::move(ready);
   watchSocket();
+  // The timer may fire after we closed and were released: it holds only a
+  // weak reference, and closeInLoop cancels it anyway.
+  std::weak_ptr<ShmConnection> weak = self_;
+  setupTimer_ = loop_.after(kSetupTimeout, [weak] {
+    if (auto self = weak.lock()) self->setupTimedOut();
+  });
+}
+
+void ShmConnection::setupTimedOut() {
+  setupTimer_ = 0;  // the loop has already forgotten it
+  if (ready_ || error_) return;
+  failSetup(ACTORPIPE_ERROR(TimeoutError, "the shm peer's setup", kSetupTimeout.count()));
+}
+
+void ShmConnection::failSetup(const Error& error) {
+  auto ready = std::move(onReady_);
+  onReady_ = nullptr;
+  closeInLoop(error);
+  if (ready) ready(error, nullptr);
 }
 
 void ShmConnection::watchSocket() {
@@ -150,6 +185,11 @@ void ShmConnection::receiveSetup() {
   } else if (setup.ringSize == 0 || setup.ringSize > kMaxRingSize ||
              (setup.ringSize & (setup.ringSize - 1)) != 0) {
     error = ACTORPIPE_ERROR(ProtocolError, "bad shm ring size " + std::to_string(setup.ringSize));
+  } else if (setup.ringSize > maxRingSize_) {
+    // Two rings of the peer's choosing, mapped per connection: the peer
+    // must not pick how much of our address space and page tables it costs.
+    error = ACTORPIPE_ERROR(ProtocolError, "shm ring size " + std::to_string(setup.ringSize) +
+                                               " exceeds this side's " + std::to_string(maxRingSize_));
   } else {
     // The peer's outgoing ring is our incoming one.
     error = mapRings(fds[1], fds[0], setup.ringSize);
@@ -158,13 +198,13 @@ void ShmConnection::receiveSetup() {
     }
   }
   for (int i = 0; i < count; ++i) ::close(fds[i]);
+  if (error) return failSetup(error);
+  if (setupTimer_ != 0) {
+    loop_.cancel(setupTimer_);
+    setupTimer_ = 0;
+  }
   auto ready = std::move(onReady_);
   onReady_ = nullptr;
-  if (error) {
-    closeInLoop(error);
-    if (ready) ready(error, nullptr);
-    return;
-  }
   ready_ = true;
   loop_.addPoller(this);
   polled_ = true;
@@ -177,13 +217,7 @@ void ShmConnection::onSocketEvent(int status, int events) {
   loop_.noteActivity();
   if (error_) return;
   if (!ready_) {
-    if (status < 0) {
-      auto ready = std::move(onReady_);
-      Error e = systemError("poll", -status);
-      closeInLoop(e);
-      if (ready) ready(e, nullptr);
-      return;
-    }
+    if (status < 0) return failSetup(systemError("poll", -status));
     receiveSetup();
     return;
   }
@@ -228,6 +262,18 @@ void ShmConnection::kick() {
 
 // --- the rings ------------------------------------------------------------------
 
+// A ring whose counters the peer set to impossible values moves no more
+// bytes (ring.h); the connection fails, naming the ring.
+bool ShmConnection::checkRings() {
+  if (error_) return false;
+  if (in_.corrupt() || out_.corrupt()) {
+    closeInLoop(ACTORPIPE_ERROR(ProtocolError, std::string("the peer corrupted the shm ring counters (") +
+                                                   (in_.corrupt() ? "incoming" : "outgoing") + " ring)"));
+    return false;
+  }
+  return true;
+}
+
 bool ShmConnection::serveReads() {
   if (!ready_) return false;
   bool progress = false;
@@ -239,12 +285,14 @@ bool ShmConnection::serveReads() {
       progress = true;
       op.done += n;
     }
+    if (in_.corrupt()) break;
     if (op.done < op.length) break;
     auto fn = std::move(op.fn);
     reads_.pop_front();
     fn(Error());  // may queue more reads or close us
   }
   pumping_ = false;
+  if (!checkRings()) return progress;
   if (progress && !error_) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (in_.header()->producerWaiting.load(std::memory_order_relaxed) != 0 &&
@@ -267,6 +315,10 @@ bool ShmConnection::pushWrites() {
       const Slice& s = op.slices[op.slice];
       size_t n = out_.write(static_cast<const uint8_t*>(s.ptr) + op.offset, s.length - op.offset);
       if (n > 0) progress = true;
+      if (out_.corrupt()) {
+        checkRings();  // fails the connection, this write included
+        return progress;
+      }
       op.offset += n;
       if (op.offset < s.length) break;  // the ring is full
       ++op.slice;
@@ -366,6 +418,10 @@ void ShmConnection::close(Error reason) {
 void ShmConnection::closeInLoop(const Error& reason) {
   if (error_) return;
   error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  if (setupTimer_ != 0) {
+    loop_.cancel(setupTimer_);
+    setupTimer_ = 0;
+  }
   if (peerGoneFn_) {
     auto fn = std::move(peerGoneFn_);
     peerGoneFn_ = nullptr;

@@ -4,6 +4,14 @@
 // ring and complete once their bytes are there. The Unix socket that set the
 // rings up stays open: it carries wake-ups, and its EOF tells of the peer's
 // death (after which what the peer left in the ring is still delivered).
+//
+// The peer is not trusted (docs/security.md): the accepting side takes only
+// sealed memfds of exactly the announced size (a peer that could shrink them
+// would kill us with SIGBUS), refuses rings larger than its own context's,
+// gives a silent peer kSetupTimeout to send its setup, and fails the
+// connection with a ProtocolError when the peer breaks the ring's counter
+// protocol (ring.h).
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -24,14 +32,26 @@ class ShmConnection final : public Connection,
  public:
   using ready_fn = std::function<void(const Error&, std::shared_ptr<ShmConnection>)>;
 
+  // A fixed bound, not the context's handshakeTimeout: the setup is one
+  // message that a live peer sends at once, and until it comes the
+  // connection holds a descriptor that a silent peer could pile up.
+  static constexpr std::chrono::milliseconds kSetupTimeout{5000};
+
   ShmConnection(detail::Loop& loop, std::string peer);
   ~ShmConnection() override;
 
   // Loop thread. The connecting side creates the rings and sends them; the
   // accepting side waits for them, then calls `ready`.
   void startAsClient(const std::string& name, size_t ringSize);
-  void startAsServer(int fd, ready_fn ready);
+  // `maxRingSize`: the largest ring the peer may ask for (our context's own).
+  void startAsServer(int fd, size_t maxRingSize, ready_fn ready);
   void failEarly(const Error& error) { closeInLoop(error); }
+  // Accepting side, loop thread: closes us if our setup has not completed
+  // (the listener closed; nobody would take us any more).
+  bool ready() const { return ready_; }
+  void abandonSetup(const Error& error) {
+    if (!ready_ && !error_) failSetup(error);
+  }
 
   void read(void* ptr, size_t length, read_callback_fn fn) override;
   void write(std::vector<Slice> slices, write_callback_fn fn) override;
@@ -66,6 +86,9 @@ class ShmConnection final : public Connection,
   void watchSocket();
   void onSocketEvent(int status, int events);
   void receiveSetup();
+  void setupTimedOut();
+  void failSetup(const Error& error);
+  bool checkRings();
   void peerGone();
   bool serveReads();
   bool pushWrites();
@@ -79,6 +102,8 @@ class ShmConnection final : public Connection,
   void* outMap_{nullptr};
   void* inMap_{nullptr};
   size_t mapSize_{0};
+  size_t maxRingSize_{0};
+  detail::Loop::TimerId setupTimer_{0};  // 0: none pending
   Ring out_;
   Ring in_;
   bool ready_{false};

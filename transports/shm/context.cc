@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
+#include <vector>
 
 #include <uv.h>
 
@@ -24,7 +26,8 @@ namespace {
 
 class ShmListener final : public Listener, public std::enable_shared_from_this<ShmListener> {
  public:
-  explicit ShmListener(detail::Loop& loop) : loop_(loop) {}
+  // `maxRingSize`: the largest ring an accepted peer may ask for.
+  ShmListener(detail::Loop& loop, size_t maxRingSize) : loop_(loop), maxRingSize_(maxRingSize) {}
 
   // Loop thread.
   void bind(const std::string& name);
@@ -51,6 +54,22 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
 
  private:
   void onReadable();
+  void startPolling();
+  void pauseAccepting();
+  // Connections accepted but still waiting for their setup: ours to close
+  // when we close (the context's registry knows only what it made).
+  void trackPending(const std::shared_ptr<ShmConnection>& c) {
+    if (pending_.size() >= 64 && pending_.size() >= 2 * liveAfterPrune_) {
+      std::vector<std::weak_ptr<ShmConnection>> live;
+      for (auto& w : pending_) {
+        auto p = w.lock();
+        if (p && !p->ready()) live.push_back(w);
+      }
+      pending_.swap(live);
+      liveAfterPrune_ = pending_.size();
+    }
+    pending_.push_back(c);
+  }
   void match() {
     while (!accepts_.empty() && (!ready_.empty() || error_)) {
       auto fn = std::move(accepts_.front());
@@ -65,15 +84,23 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
     }
   }
 
+  // Out of descriptors or memory, accept4 fails and the socket stays
+  // readable: polling it would spin. We look again after this long.
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
+
   detail::Loop& loop_;
+  size_t maxRingSize_;
   int fd_{-1};
   uv_poll_t* poll_{nullptr};
+  detail::Loop::TimerId pauseTimer_{0};  // 0: polling, or closed
   std::shared_ptr<ShmListener> self_;
   mutable std::mutex mutex_;
   std::string addr_;
   Error error_;
   std::deque<accept_callback_fn> accepts_;
   std::deque<std::shared_ptr<Connection>> ready_;
+  std::vector<std::weak_ptr<ShmConnection>> pending_;
+  size_t liveAfterPrune_{32};
 };
 
 void ShmListener::bind(const std::string& name) {
@@ -96,8 +123,23 @@ void ShmListener::bind(const std::string& name) {
   poll_ = new uv_poll_t;
   uv_poll_init(loop_.uv(), poll_, fd_);
   poll_->data = this;
+  startPolling();
+}
+
+void ShmListener::startPolling() {
   uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* handle, int status, int) {
     static_cast<ShmListener*>(handle->data)->onReadable();
+  });
+}
+
+void ShmListener::pauseAccepting() {
+  uv_poll_stop(poll_);
+  std::weak_ptr<ShmListener> weak = shared_from_this();
+  pauseTimer_ = loop_.after(kAcceptPause, [weak] {
+    auto self = weak.lock();
+    if (!self) return;
+    self->pauseTimer_ = 0;
+    if (!self->error_ && self->poll_ != nullptr) self->startPolling();
   });
 }
 
@@ -105,10 +147,20 @@ void ShmListener::onReadable() {
   loop_.noteActivity();
   for (;;) {
     int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a failed accept that concerns that client only
+    if (fd < 0) {
+      int e = errno;
+      if (e == EAGAIN || e == EWOULDBLOCK) return;
+      // These concern the one client that gave up (or a signal): next one.
+      if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM) continue;
+      // EMFILE, ENFILE, ENOBUFS, ENOMEM, and whatever else we cannot tell
+      // will pass: the pending connection stays queued and the socket
+      // readable, so polling on would spin and starve the loop.
+      return pauseAccepting();
+    }
     auto connection = std::make_shared<ShmConnection>(loop_, "shm peer of " + addr_);
+    trackPending(connection);
     std::weak_ptr<ShmListener> weak = shared_from_this();
-    connection->startAsServer(fd, [weak](const Error& e, std::shared_ptr<ShmConnection> c) {
+    connection->startAsServer(fd, maxRingSize_, [weak](const Error& e, std::shared_ptr<ShmConnection> c) {
       auto self = weak.lock();
       if (e || !self) return;  // a peer that failed its setup concerns itself only
       if (self->error_) return c->close(self->error_);
@@ -121,6 +173,10 @@ void ShmListener::onReadable() {
 void ShmListener::failInLoop(const Error& error) {
   if (error_) return;
   error_ = error;
+  if (pauseTimer_ != 0) {
+    loop_.cancel(pauseTimer_);
+    pauseTimer_ = 0;
+  }
   if (poll_ != nullptr) {
     uv_poll_stop(poll_);
     uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) {
@@ -136,6 +192,11 @@ void ShmListener::failInLoop(const Error& error) {
   }
   for (auto& c : ready_) c->close(error);
   ready_.clear();
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& w : pending) {
+    if (auto c = w.lock()) c->abandonSetup(error);
+  }
   match();
 }
 
@@ -172,7 +233,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
   }
 
   std::shared_ptr<Listener> listen(std::string addr) override {
-    auto listener = std::make_shared<ShmListener>(loop());
+    auto listener = std::make_shared<ShmListener>(loop(), ringSize_);
     auto self = shared_from_this();
     if (!detail::runAndWait(loop(), [self, listener, addr] {
           if (self->registry_.closed()) {

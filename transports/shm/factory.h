@@ -16,6 +16,9 @@
 namespace actorpipe::transport::shm {
 
 // `ringSize` bytes per direction per connection (rounded up to a power of 2).
+// It is also the most a connecting peer may ask of our listeners: a peer
+// whose rings are larger is refused (ProtocolError), so both sides of a
+// pair should use the same size.
 std::shared_ptr<Context> create(size_t ringSize = size_t{2} << 20);
 
 } // namespace actorpipe::transport::shm

@@ -7,6 +7,28 @@
 //                     frees space must wake it.
 // Each side sets its flag, then looks once more (seq_cst on both sides), so
 // a wake-up is never lost and never sent while the other side is polling.
+//
+// The peer is not trusted: it maps the same memory and may write anything
+// into the header at any time. Hence:
+//   * Each side keeps its own counter privately (the producer its head, the
+//     consumer its tail) and only publishes it; it never reads it back, so
+//     the peer cannot move it.
+//   * The peer's counter is read once per operation and checked before any
+//     index is derived from it. For the consumer: avail = peerHead - myTail
+//     must be <= capacity and peerHead must not go backwards (below the last
+//     head seen). For the producer: used = myHead - peerTail must be <=
+//     capacity, and peerTail must neither go backwards nor pass myHead (with
+//     unsigned counters both show as used > myHead - lastTailSeen).
+//   * Capacity and mask are ours (from the setup, checked once), never
+//     re-read from the header.
+// A violation makes the ring corrupt for good: no byte moves any more and the
+// connection fails with a ProtocolError. Honest peers never trip it, and the
+// checks cost two compares per operation. The payload bytes themselves may
+// change under us while we copy them (the peer can scribble on them): that
+// only garbles what the peer sent us, and the layers above parse with checks.
+//
+// Header-only and free of CAF and libuv, so that the fuzzer (tests/fuzz)
+// can play the peer against it directly.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -24,10 +46,13 @@ struct RingHeader {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory counters need lock-free atomics");
 
 constexpr size_t kRingHeaderSize = 4096;
+static_assert(sizeof(RingHeader) <= kRingHeaderSize, "the ring header must fit its page");
 
 class Ring {
  public:
   Ring() = default;
+  // `capacity`: a power of two, the size of the data area after the header.
+  // Both counters start at 0 (the creator zeroes the header before sending it).
   Ring(void* base, size_t capacity)
       : header_(static_cast<RingHeader*>(base)),
         data_(static_cast<uint8_t*>(base) + kRingHeaderSize),
@@ -35,49 +60,87 @@ class Ring {
         mask_(capacity - 1) {}
 
   RingHeader* header() const { return header_; }
+  size_t capacity() const { return capacity_; }
+  // The peer broke the counter protocol; sticky.
+  bool corrupt() const { return corrupt_; }
 
   // Producer side.
   size_t write(const uint8_t* src, size_t n) {
-    uint64_t head = header_->head.load(std::memory_order_relaxed);
-    uint64_t tail = header_->tail.load(std::memory_order_acquire);
-    size_t space = capacity_ - static_cast<size_t>(head - tail);
+    uint64_t tail;
+    if (!peerTail(tail)) return 0;
+    size_t space = capacity_ - static_cast<size_t>(mine_ - tail);
     n = n < space ? n : space;
     if (n == 0) return 0;
-    size_t at = static_cast<size_t>(head & mask_);
+    size_t at = static_cast<size_t>(mine_ & mask_);
     size_t first = n < capacity_ - at ? n : capacity_ - at;
     std::memcpy(data_ + at, src, first);
     std::memcpy(data_, src + first, n - first);
-    header_->head.store(head + n, std::memory_order_release);
+    mine_ += n;
+    header_->head.store(mine_, std::memory_order_release);
     return n;
   }
-  bool hasSpace() const {
-    return header_->head.load(std::memory_order_relaxed) - header_->tail.load(std::memory_order_acquire) <
-           capacity_;
+  // True when there is room, or when the ring is corrupt (look now: the
+  // caller finds out on its next write).
+  bool hasSpace() {
+    uint64_t tail;
+    if (!peerTail(tail)) return true;
+    return mine_ - tail < capacity_;
   }
 
   // Consumer side.
   size_t read(uint8_t* dst, size_t n) {
-    uint64_t tail = header_->tail.load(std::memory_order_relaxed);
-    uint64_t head = header_->head.load(std::memory_order_acquire);
-    size_t avail = static_cast<size_t>(head - tail);
+    uint64_t head;
+    if (!peerHead(head)) return 0;
+    size_t avail = static_cast<size_t>(head - mine_);
     n = n < avail ? n : avail;
     if (n == 0) return 0;
-    size_t at = static_cast<size_t>(tail & mask_);
+    size_t at = static_cast<size_t>(mine_ & mask_);
     size_t first = n < capacity_ - at ? n : capacity_ - at;
     std::memcpy(dst, data_ + at, first);
     std::memcpy(dst + first, data_, n - first);
-    header_->tail.store(tail + n, std::memory_order_release);
+    mine_ += n;
+    header_->tail.store(mine_, std::memory_order_release);
     return n;
   }
-  bool hasData() const {
-    return header_->head.load(std::memory_order_acquire) != header_->tail.load(std::memory_order_relaxed);
+  // True when there are bytes, or when the ring is corrupt (as hasSpace).
+  bool hasData() {
+    uint64_t head;
+    if (!peerHead(head)) return true;
+    return head != mine_;
   }
 
  private:
+  // The consumer's view of the producer's head: false (and corrupt) if the
+  // head claims more than a ring of bytes or went backwards.
+  bool peerHead(uint64_t& head) {
+    if (corrupt_) return false;
+    head = header_->head.load(std::memory_order_acquire);
+    uint64_t avail = head - mine_;
+    if (avail > capacity_ || avail < seen_ - mine_) return fail();
+    seen_ = head;
+    return true;
+  }
+  // The producer's view of the consumer's tail: false (and corrupt) if it
+  // went backwards or past our head (either way used > mine_ - seen_).
+  bool peerTail(uint64_t& tail) {
+    if (corrupt_) return false;
+    tail = header_->tail.load(std::memory_order_acquire);
+    if (mine_ - tail > mine_ - seen_) return fail();
+    seen_ = tail;
+    return true;
+  }
+  bool fail() {
+    corrupt_ = true;
+    return false;
+  }
+
   RingHeader* header_{nullptr};
   uint8_t* data_{nullptr};
   size_t capacity_{0};
   size_t mask_{0};
+  uint64_t mine_{0};  // our own counter: the producer's head or the consumer's tail
+  uint64_t seen_{0};  // the peer's counter as last validated
+  bool corrupt_{false};
 };
 
 } // namespace actorpipe::transport::shm
