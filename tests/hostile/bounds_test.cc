@@ -201,15 +201,9 @@ TEST_CASE("mpt: a setup that does not parse fails the pipe, not the process") {
   // A hostile acceptor whose welcome carries a 30-digit token: before, the
   // victim's std::stoull threw on its loop thread and aborted.
   // (No fork while this process holds live loops: the attacker is spawned first.)
-  Child server = Child::spawn([&](Child& self) {
+  Child server = spawnForgedServer("mpt", [] {
     const std::string domain = channel::mpt::create(2, "127.0.0.1")->domainDescriptor();
-    Forgery forgery{domain, "", "", "123456789012345678901234567890;127.0.0.1:1;127.0.0.1:2"};
-    auto context = attackerContext("mpt", forgery);
-    auto listener = context->listen({"tcp://127.0.0.1:0"});
-    self.send(listener->url("tcp"));
-    auto pipe = acceptSync(*listener);
-    if (pipe) readSync(*pipe, std::chrono::seconds(10));
-    return 0;
+    return Forgery{domain, "", "", "123456789012345678901234567890;127.0.0.1:1;127.0.0.1:2"};
   });
   const std::string url = server.receive();
   REQUIRE(!url.empty());

@@ -3,6 +3,7 @@
 // the domain (and hello detail) of the attacker's choice, hands out the setup
 // of its choice and describes every tensor with the descriptor of its
 // choice. Attackers in tests/hostile/ run actorpipe with one of these.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,20 @@ inline std::shared_ptr<actorpipe::Context> attackerContext(const std::string& na
   context->registerChannel(0, "basic", channel::basic::create());
   context->registerChannel(100, name, std::make_shared<ForgedChannel>(std::move(forgery)));
   return context;
+}
+
+// A server in a child process that runs the forged channel `name` made by
+// `forge` (called in the child), accepts one pipe and reads until the peer
+// gives up. Its URL is the child's first line.
+inline Child spawnForgedServer(const std::string& name, std::function<Forgery()> forge) {
+  return Child::spawn([=](Child& self) {
+    auto context = attackerContext(name, forge());
+    auto listener = context->listen({"tcp://127.0.0.1:0"});
+    self.send(listener->url("tcp"));
+    auto pipe = acceptSync(*listener);
+    if (pipe) readSync(*pipe, std::chrono::seconds(10));
+    return 0;
+  });
 }
 
 } // namespace testing

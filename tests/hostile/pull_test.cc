@@ -168,14 +168,7 @@ TEST_CASE("xth: a peer in another process that claims our xth domain reads nothi
 
 TEST_CASE("xth: a server in another process that claims our xth domain gets no endpoint") {
   const std::string domain = channel::xth::create()->domainDescriptor();  // ours, the parent's
-  Child server = Child::spawn([&](Child& self) {
-    auto context = attackerContext("xth", Forgery{domain, "", "1:65536"});
-    auto listener = context->listen({"tcp://127.0.0.1:0"});
-    self.send(listener->url("tcp"));
-    auto pipe = acceptSync(*listener);
-    if (pipe) readSync(*pipe, std::chrono::seconds(10));
-    return 0;
-  });
+  Child server = spawnForgedServer("xth", [domain] { return Forgery{domain, "", "1:65536"}; });
   const std::string url = server.receive();
   REQUIRE(!url.empty());
   auto victim = makeFullContext("victim");
