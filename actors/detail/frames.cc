@@ -1,6 +1,31 @@
 #include <actorpipe/actors/detail/frames.h>
 
+#include <algorithm>
+
 namespace actorpipe::detail {
+namespace {
+
+constexpr size_t kFirstChunk = 64 * 1024;
+
+void readMore(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
+              size_t length, std::function<void(const Error&)> fn) {
+  const size_t have = body->size();
+  if (have == length) return fn(Error());
+  const size_t next = std::min(length - have, std::max(kFirstChunk, have));
+  body->resize(have + next);
+  connection->read(body->data() + have, next, [connection, body, length, fn = std::move(fn)](const Error& e) mutable {
+    if (e) return fn(e);
+    readMore(connection, body, length, std::move(fn));
+  });
+}
+
+}  // namespace
+
+void readBody(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
+              size_t length, std::function<void(const Error&)> fn) {
+  body->clear();
+  readMore(connection, body, length, std::move(fn));
+}
 
 void readFrame(const std::shared_ptr<transport::Connection>& connection, const Limits& limits,
                frame_fn fn) {
@@ -17,8 +42,7 @@ void readFrame(const std::shared_ptr<transport::Connection>& connection, const L
     if (auto error = wire::decodeHeader(state->header, limits, state->decoded)) {
       return fn(error, wire::FrameType::kHello, empty);
     }
-    state->body.resize(state->decoded.length);
-    connection->read(state->body.data(), state->body.size(), [fn, state](const Error& e) {
+    readBody(connection, &state->body, state->decoded.length, [fn, state](const Error& e) {
       fn(e, state->decoded.type, state->body);
     });
   });

@@ -12,7 +12,14 @@ namespace actorpipe::detail {
 
 using frame_fn = std::function<void(const Error&, wire::FrameType, std::vector<uint8_t>& body)>;
 
-// `limits.maxFrameSize` bounds the body; checked before it is allocated.
+// Reads `length` bytes into `*body` (emptied first), growing it as they
+// arrive: 64 KiB, then doubling. A peer that announces a large frame and
+// sends little makes us hold what it sent, not what it announced. `*body`
+// must outlive `fn` (the caller's state, captured in `fn`, owns it).
+void readBody(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
+              size_t length, std::function<void(const Error&)> fn);
+
+// `limits.maxFrameSize` bounds the body; checked before any of it is read.
 void readFrame(const std::shared_ptr<transport::Connection>& connection, const Limits& limits,
                frame_fn fn);
 

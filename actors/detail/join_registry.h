@@ -7,8 +7,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
+
+#include <actorpipe/runtime/detail/secure_random.h>
 
 namespace actorpipe::detail {
 
@@ -26,7 +27,7 @@ class JoinRegistry {
     std::lock_guard<std::mutex> guard(mutex_);
     uint64_t token;
     do {
-      token = random_();
+      token = secureRandom64();  // unguessable: it lets a connection take over a pipe
     } while (token == 0 || pending_.count(token));
     pending_[token] = std::move(pipe);
     return token;
@@ -47,7 +48,6 @@ class JoinRegistry {
  private:
   std::map<std::string, std::string> addresses_;
   std::mutex mutex_;
-  std::mt19937_64 random_{std::random_device{}()};
   std::map<uint64_t, std::weak_ptr<PipeCore>> pending_;
 };
 

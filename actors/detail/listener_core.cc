@@ -142,6 +142,24 @@ std::shared_ptr<ListenerCore> ListenerCore::create(const std::shared_ptr<Context
   return core;
 }
 
+namespace {
+
+// Whether a new connection has greeted (or failed), and the timer that drops
+// it if it does neither in time. Loop thread only.
+struct Greeting {
+  explicit Greeting(Loop& loop) : loop(loop) {}
+  void finish() {
+    done = true;
+    if (timer != 0) loop.cancel(timer);
+    timer = 0;
+  }
+  Loop& loop;
+  bool done{false};
+  Loop::TimerId timer{0};
+};
+
+}  // namespace
+
 // Each accepted connection greets first: a HELLO starts a new pipe, a JOIN
 // brings a pipe that is moving here from another transport of this listener.
 void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
@@ -170,17 +188,24 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
       return;
     }
     auto slot = std::make_shared<PendingSlot>(pending);
-    // A connection that never greets must not hold a descriptor for ever.
-    auto greeted = std::make_shared<bool>(false);
+    // A connection that never greets must not hold a descriptor for ever;
+    // the timer holds it weakly, and goes as soon as the connection greets
+    // or fails, so a peer that connects and resets costs nothing after.
+    auto greeted = std::make_shared<Greeting>(transport->context->loop());
     auto timeout = context->options().handshakeTimeout();
     if (timeout.count() > 0) {
-      transport->context->loop().after(timeout, [greeted, connection] {
-        if (!*greeted) connection->close(ACTORPIPE_ERROR(TimeoutError, "a new connection's greeting", 0));
+      std::weak_ptr<transport::Connection> weakConnection = connection;
+      greeted->timer = transport->context->loop().after(timeout, [greeted, weakConnection] {
+        greeted->timer = 0;
+        auto connection = weakConnection.lock();
+        if (!greeted->done && connection) {
+          connection->close(ACTORPIPE_ERROR(TimeoutError, "a new connection's greeting", 0));
+        }
       });
     }
     auto dispatch = [context, transport, connection, registry, actor, greeted, slot](wire::FrameType type,
                                                                                      std::vector<uint8_t>& body) {
-      *greeted = true;
+      greeted->finish();
       if (type == wire::FrameType::kJoin) {
         wire::Join join;
         auto pipe = wire::decode(body.data(), body.size(), context->limits(), join) ? nullptr
@@ -206,19 +231,25 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
               [context, connection, dispatch, greeted](const Error& e, wire::FrameType type,
                                                        std::vector<uint8_t>& body) {
       // A connection that cannot greet properly concerns itself only.
-      if (e) return connection->close(e);
+      if (e) {
+        greeted->finish();
+        return connection->close(e);
+      }
       const std::string& secret = context->options().secret();
       auto first = std::make_shared<std::vector<uint8_t>>(std::move(body));
       authenticateAsAcceptor(connection, secret, context->limits(), uint8_t(type), *first,
                              [context, connection, dispatch, secret, type, first, greeted](const Error& e) {
         if (e) {
-          *greeted = true;  // refused: the connection is closing
+          greeted->finish();  // refused: the connection is closing
           return;
         }
         if (secret.empty()) return dispatch(type, *first);
         readFrame(connection, handshakeLimits(context->limits()),
-                  [connection, dispatch](const Error& e, wire::FrameType type, std::vector<uint8_t>& body) {
-          if (e) return connection->close(e);
+                  [connection, dispatch, greeted](const Error& e, wire::FrameType type, std::vector<uint8_t>& body) {
+          if (e) {
+            greeted->finish();
+            return connection->close(e);
+          }
           dispatch(type, body);
         });
       });

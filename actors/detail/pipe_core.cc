@@ -22,6 +22,7 @@
 
 #include <actorpipe/actors/atoms.h>
 #include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/detail/frames.h>
 #include <actorpipe/actors/detail/join_registry.h>
 #include <actorpipe/actors/detail/loop_actor.h>
 #include <actorpipe/actors/pipe_actor.h>
@@ -384,9 +385,8 @@ void PipeCore::onHeader() {
                                                    " after the handshake"));
   }
   readState_ = ReadState::kReadingFrame;
-  frameBody_.resize(header.length);
   auto self = shared_from_this();
-  connection_->read(frameBody_.data(), header.length, [self](const Error& e) {
+  readBody(connection_, &frameBody_, header.length, [self](const Error& e) {
     if (e) return self->fail(e);
     if (!self->error_) self->onFrame();
   });

@@ -15,9 +15,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <random>
-#include <sstream>
 
+#include <actorpipe/channels/mpt/setup.h>
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/runtime/detail/secure_random.h>
 #include <actorpipe/runtime/device.h>
 #include <actorpipe/transports/uv/factory.h>
 
@@ -28,6 +29,9 @@ namespace {
 // worth a system call and a wake-up.
 constexpr size_t kMinChunk = 256 * 1024;
 constexpr size_t kLaneHelloSize = 12;
+// A lane connection that has not said which pipe it belongs to by then is
+// dropped: strangers must not hold descriptors.
+constexpr std::chrono::seconds kLaneHelloTimeout{5};
 
 // How many lanes a buffer of `length` bytes uses, and where chunk i starts.
 size_t lanesFor(size_t length, size_t lanes) {
@@ -216,25 +220,25 @@ class MptContext final : public Context, public std::enable_shared_from_this<Mpt
   }
 
   std::shared_ptr<Endpoint> acceptEndpoint(std::string& setup, Error& error) override {
-    std::string addresses;
+    std::vector<std::string> addresses;
     for (const auto& l : listeners_) {
       std::string addr = l->addr();
       if (addr.empty()) {
         error = ACTORPIPE_ERROR(LogicError, "an mpt lane listener is not listening");
         return nullptr;
       }
-      addresses += ";" + addr;
+      addresses.push_back(addr);
     }
     auto endpoint = std::make_shared<MptEndpoint>(contexts_.size());
     uint64_t token;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       do {
-        token = random_();
+        token = actorpipe::detail::secureRandom64();  // unguessable: it lets a connection join a lane
       } while (pending_.count(token));
       pending_[token] = endpoint;
     }
-    setup = std::to_string(token) + addresses;
+    setup = formatSetup(token, addresses);
     std::weak_ptr<MptContext> weak = shared_from_this();
     endpoint->onClose([weak, token] {
       if (auto self = weak.lock()) {
@@ -246,19 +250,12 @@ class MptContext final : public Context, public std::enable_shared_from_this<Mpt
   }
 
   std::shared_ptr<Endpoint> connectEndpoint(const std::string& setup, Error& error) override {
-    std::vector<std::string> parts;
-    std::stringstream in(setup);
-    for (std::string part; std::getline(in, part, ';');) parts.push_back(part);
-    if (parts.size() != contexts_.size() + 1 || parts[0].empty() ||
-        parts[0].find_first_not_of("0123456789") != std::string::npos) {
-      error = ACTORPIPE_ERROR(ProtocolError, "bad mpt setup '" + setup + "' for " +
-                                                 std::to_string(contexts_.size()) + " lanes");
-      return nullptr;
-    }
-    uint64_t token = std::stoull(parts[0]);
+    uint64_t token = 0;
+    std::vector<std::string> addresses;
+    if ((error = parseSetup(setup, contexts_.size(), token, addresses))) return nullptr;
     auto endpoint = std::make_shared<MptEndpoint>(contexts_.size());
     for (size_t i = 0; i < contexts_.size(); ++i) {
-      auto connection = contexts_[i]->connect(parts[i + 1]);
+      auto connection = contexts_[i]->connect(addresses[i]);
       auto hello = std::make_shared<std::string>(kLaneHelloSize, '\0');
       std::memcpy(&(*hello)[0], &token, 8);
       uint32_t lane = static_cast<uint32_t>(i);
@@ -276,7 +273,13 @@ class MptContext final : public Context, public std::enable_shared_from_this<Mpt
       auto self = weak.lock();
       if (e || !self) return;  // closed
       auto hello = std::make_shared<std::array<uint8_t, kLaneHelloSize>>();
-      c->read(hello->data(), hello->size(), [weak, c, hello](const Error& e) {
+      auto& loop = self->contexts_[i]->loop();  // accept callbacks run on it
+      std::weak_ptr<transport::Connection> weakLane = c;
+      auto timer = loop.after(kLaneHelloTimeout, [weakLane] {
+        if (auto lane = weakLane.lock()) lane->close(ACTORPIPE_ERROR(TimeoutError, "an mpt lane's hello", 5000));
+      });
+      c->read(hello->data(), hello->size(), [weak, c, hello, &loop, timer](const Error& e) {
+        loop.cancel(timer);
         auto self = weak.lock();
         if (e || !self) return c->close();
         uint64_t token;
@@ -304,7 +307,6 @@ class MptContext final : public Context, public std::enable_shared_from_this<Mpt
   std::string id_{"mpt"};
   bool viable_{false};
   std::mutex mutex_;
-  std::mt19937_64 random_{std::random_device{}()};
   std::map<uint64_t, std::weak_ptr<MptEndpoint>> pending_;
 };
 

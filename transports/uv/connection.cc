@@ -2,6 +2,7 @@
 
 #include <actorpipe/transports/detail/in_loop.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace actorpipe::transport::uv {
@@ -9,6 +10,9 @@ namespace {
 
 // Reads at least this large skip the staging buffer.
 constexpr size_t kDirectReadThreshold = 16 * 1024;
+// The staging buffer starts small and doubles while the peer keeps it full:
+// a connection that has sent a hello (or nothing) holds 4 KiB, not 64.
+constexpr size_t kFirstStagingSize = 4 * 1024;
 constexpr size_t kStagingSize = 64 * 1024;
 
 Error uvError(const char* what, int status) {
@@ -28,7 +32,7 @@ struct UvConnection::WriteOp {
 };
 
 UvConnection::UvConnection(detail::Loop& loop, std::string peer)
-    : loop_(loop), peer_(std::move(peer)), staging_(kStagingSize) {}
+    : loop_(loop), peer_(std::move(peer)) {}
 
 UvConnection::~UvConnection() = default;
 
@@ -153,7 +157,7 @@ void UvConnection::updateReading() {
   if (!connected_ || error_ || handle_ == nullptr || peerGone_) {
     return;
   }
-  bool stagingFull = stagingEnd_ == staging_.size() && stagingBegin_ == 0;
+  bool stagingFull = stagingEnd_ == kStagingSize && stagingBegin_ == 0;
   bool want = !reads_.empty() || !stagingFull;
   if (want && !reading_) {
     int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(handle_), &UvConnection::onAlloc,
@@ -186,6 +190,9 @@ void UvConnection::onAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
     std::memmove(self->staging_.data(), self->staging_.data() + self->stagingBegin_, live);
     self->stagingBegin_ = 0;
     self->stagingEnd_ = live;
+  }
+  if (self->stagingEnd_ == self->staging_.size() && self->staging_.size() < kStagingSize) {
+    self->staging_.resize(std::max(kFirstStagingSize, 2 * self->staging_.size()));
   }
   *buf = uv_buf_init(reinterpret_cast<char*>(self->staging_.data() + self->stagingEnd_),
                      static_cast<unsigned>(self->staging_.size() - self->stagingEnd_));
