@@ -69,8 +69,13 @@ struct ServerAcceptor : std::enable_shared_from_this<ServerAcceptor> {
 // --- Server -----------------------------------------------------------------
 
 Error Server::create(const std::string& host, int port, std::unique_ptr<Server>& server) {
+  return create(host, port, ClientServerOptions{}, server);
+}
+
+Error Server::create(const std::string& host, int port, const ClientServerOptions& options,
+                     std::unique_ptr<Server>& server) {
   std::unique_ptr<Server> created(new Server());
-  created->mailbox_ = std::make_shared<Mailbox>(makeMessagingContext("server"));
+  created->mailbox_ = std::make_shared<Mailbox>(makeMessagingContext("server", options.secret));
   auto listener = created->mailbox_->context().listen({"shm://", tcpUrl(host, port)});
   auto acceptor = std::make_shared<ServerAcceptor>();
   acceptor->listener = listener;
@@ -135,8 +140,13 @@ void Server::close() {
 
 Error Client::connect(const std::string& host, int port, Timeout retryFor,
                       std::unique_ptr<Client>& client) {
+  return connect(host, port, retryFor, ClientServerOptions{}, client);
+}
+
+Error Client::connect(const std::string& host, int port, Timeout retryFor,
+                      const ClientServerOptions& options, std::unique_ptr<Client>& client) {
   std::unique_ptr<Client> created(new Client());
-  created->mailbox_ = std::make_shared<Mailbox>(makeMessagingContext("client"));
+  created->mailbox_ = std::make_shared<Mailbox>(makeMessagingContext("client", options.secret));
   const std::string url = tcpUrl(host, port);
   const auto deadline = Clock::now() + retryFor;
   Error last;
@@ -176,6 +186,8 @@ Error Client::connect(const std::string& host, int port, Timeout retryFor,
            : answer->error ? answer->error
                            : ACTORPIPE_ERROR(ProtocolError, "unexpected answer \"" + answer->text +
                                                                 "\" from " + url);
+    // Refused for the secret: trying again would only be refused again.
+    if (last.isOfType<AuthenticationError>()) return last;
     if (Clock::now() + std::chrono::milliseconds(50) >= deadline) return last;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -21,6 +21,12 @@
 // id -1), and a client that cannot connect within its retry time gets the
 // last ConnectError, with the system's errno.
 //
+// With ClientServerOptions::secret, the server and its clients prove to each
+// other that they know it before any message (ContextOptions::secret): a
+// process without it cannot connect, and a client cannot be fooled by a
+// stranger listening on the server's port. A client the server refuses
+// fails at once with an AuthenticationError.
+//
 // send() returns once the message has left this process's hands: the
 // caller's tensors may be reused (on same-host links the receiver pulls
 // them, so send waits for the receiver to receive). Every call is
@@ -79,10 +85,16 @@ struct TrafficStats {
 using Timeout = std::chrono::milliseconds;
 constexpr Timeout kForever = Timeout::max();
 
+struct ClientServerOptions {
+  std::string secret;  // empty: none; both sides need the same one
+};
+
 class Server {
  public:
   // Port 0 picks a free port (see port()).
   static Error create(const std::string& host, int port, std::unique_ptr<Server>& server);
+  static Error create(const std::string& host, int port, const ClientServerOptions& options,
+                      std::unique_ptr<Server>& server);
   ~Server();
 
   int port() const;
@@ -122,6 +134,8 @@ class Client {
   // Retries refused connections for `retryFor` (the server may start later).
   static Error connect(const std::string& host, int port, Timeout retryFor,
                        std::unique_ptr<Client>& client);
+  static Error connect(const std::string& host, int port, Timeout retryFor,
+                       const ClientServerOptions& options, std::unique_ptr<Client>& client);
   ~Client();
 
   int id() const { return id_; }  // assigned by the server, in connection order

@@ -1,9 +1,13 @@
 #include <actorpipe/actors/group/environment.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,7 +56,68 @@ std::string rendezvousDir(const Env& env) {
   return dir;
 }
 
+// Secrets longer than this are surely the wrong file.
+constexpr size_t kMaxSecretBytes = 4096;
+
+Error readSecretFile(const std::string& path, std::string& secret) {
+  const std::string what = "ACTORPIPE_SECRET_FILE \"" + path + "\"";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ACTORPIPE_ERROR(SystemError, "open " + what, errno);
+  // Checked on the open file: what we read is what we checked.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return ACTORPIPE_ERROR(SystemError, "stat " + what, error);
+  }
+  std::string problem;
+  if (!S_ISREG(st.st_mode)) {
+    problem = " is not a regular file";
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    problem = std::string(" has mode ") + mode +
+              ": group or others may read or write it (chmod 600 it)";
+  } else if (static_cast<size_t>(st.st_size) > kMaxSecretBytes) {
+    problem = " is larger than " + std::to_string(kMaxSecretBytes) + " bytes";
+  }
+  std::string text;
+  if (problem.empty()) {
+    char buffer[kMaxSecretBytes + 1];
+    for (;;) {
+      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int error = errno;
+        ::close(fd);
+        return ACTORPIPE_ERROR(SystemError, "read " + what, error);
+      }
+      if (n == 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+      if (text.size() > kMaxSecretBytes) {
+        problem = " is larger than " + std::to_string(kMaxSecretBytes) + " bytes";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (problem.empty()) {
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    if (text.empty()) problem = " holds no secret";
+  }
+  if (!problem.empty()) return ACTORPIPE_ERROR(RendezvousError, "the secret file " + what + problem);
+  secret = std::move(text);
+  return Error::kSuccess;
+}
+
 } // namespace
+
+Error secretFromEnvironment(std::string& secret, const std::map<std::string, std::string>& overrides) {
+  Env env(overrides);
+  if (env.has("ACTORPIPE_SECRET_FILE")) return readSecretFile(env.get("ACTORPIPE_SECRET_FILE"), secret);
+  secret = env.get("ACTORPIPE_SECRET");
+  return Error::kSuccess;
+}
 
 std::string resolveIPv4(const std::string& host) {
   in_addr numeric{};

@@ -21,6 +21,13 @@
 // several "nodes" on one machine with it); ACTORPIPE_ADDRESS is the address
 // other hosts reach this rank at (default: 127.0.0.1 on a one-node job, the
 // host name's first IPv4 address otherwise).
+//
+// The group's secret (TreeOptions::secret, when the program sets none):
+// ACTORPIPE_SECRET_FILE names a regular file that only its owner may read
+// or write (mode & 077 == 0); its contents, less one trailing newline, are
+// the secret. Else ACTORPIPE_SECRET holds it (empty: no secret).
+// actorpipe-run sets a fresh ACTORPIPE_SECRET per job unless one of the two
+// is set already. docs/security.md, "Groups", says what it protects.
 #include <map>
 #include <string>
 
@@ -45,6 +52,12 @@ struct RankInfo {
 // Reads the environment (or `overrides` first, for tests).
 Error rankInfoFromEnvironment(RankInfo& info,
                               const std::map<std::string, std::string>& overrides = {});
+
+// The secret from ACTORPIPE_SECRET_FILE or ACTORPIPE_SECRET (or `overrides`
+// first); empty when neither is set. A file that is not a regular file, is
+// open to group or others, cannot be read, or holds nothing is an error.
+Error secretFromEnvironment(std::string& secret,
+                            const std::map<std::string, std::string>& overrides = {});
 
 // A host name to an IPv4 address ("localhost" -> "127.0.0.1"); numeric input
 // is returned unchanged. Empty when it does not resolve.

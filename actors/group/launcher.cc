@@ -4,7 +4,11 @@
 //
 // Each rank gets ACTORPIPE_RANK, ACTORPIPE_WORLD_SIZE, ACTORPIPE_LOCAL_RANK,
 // ACTORPIPE_LOCAL_SIZE, ACTORPIPE_JOB_ID and ACTORPIPE_RENDEZVOUS (a file in a
-// fresh private directory, where rank 0 publishes its address). Every line a
+// fresh private directory, where rank 0 publishes its address), and
+// ACTORPIPE_SECRET, a fresh random secret for this job (32 bytes from
+// getrandom, as hex) that the group's pipes authenticate with, unless
+// ACTORPIPE_SECRET or ACTORPIPE_SECRET_FILE is set already (then the ranks
+// use that; an empty ACTORPIPE_SECRET runs the job without one). Every line a
 // rank prints comes out prefixed with "[rank] ", on the stream it used.
 // When a rank fails (non-zero exit or signal), the others get SIGTERM, then
 // SIGKILL after a grace period, and actorpipe-run exits with the first
@@ -39,6 +43,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <actorpipe/runtime/detail/secure_random.h>
 
 namespace {
 
@@ -152,9 +158,10 @@ const char* const kForeignVariables[] = {
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
 
 void setRankEnvironment(const Options& o, int rank, const std::string& dir,
-                        const std::string& jobId) {
+                        const std::string& jobId, const std::string& secret) {
   for (const char* name : kForeignVariables) ::unsetenv(name);
   auto set = [](const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); };
+  if (!secret.empty()) set("ACTORPIPE_SECRET", secret);
   if (o.fakeSlurmNodes > 0) {
     // Block distribution, as Slurm's default: the first ceil(N/K) ranks on node 0, ...
     const int perNode = (o.ranks + o.fakeSlurmNodes - 1) / o.fakeSlurmNodes;
@@ -237,6 +244,9 @@ int main(int argc, char** argv) {
   }
   const std::string dir = dirTemplate;
   const std::string jobId = std::to_string(::getpid()) + "-" + dir.substr(dir.size() - 6);
+  // The job's secret: strangers on this host cannot join or read the group.
+  const bool userSecret = std::getenv("ACTORPIPE_SECRET") || std::getenv("ACTORPIPE_SECRET_FILE");
+  const std::string secret = userSecret ? "" : actorpipe::detail::secureRandomHex(32);
 
   struct sigaction action {};
   action.sa_handler = onSignal;
@@ -274,7 +284,7 @@ int main(int argc, char** argv) {
       ::signal(SIGPIPE, SIG_DFL);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
-      setRankEnvironment(o, r, dir, jobId);
+      setRankEnvironment(o, r, dir, jobId, secret);
       if (o.bindToCore && !cpus.empty()) {
         cpu_set_t one;
         CPU_ZERO(&one);

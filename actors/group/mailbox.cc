@@ -36,8 +36,8 @@ std::string peerName(int id) {
 
 } // namespace
 
-std::shared_ptr<Context> makeMessagingContext(const std::string& name) {
-  auto context = std::make_shared<Context>(ContextOptions().name(name));
+std::shared_ptr<Context> makeMessagingContext(const std::string& name, const std::string& secret) {
+  auto context = std::make_shared<Context>(ContextOptions().name(name).secret(secret));
   context->registerTransport(0, "tcp", transport::uv::create());
   context->registerTransport(10, "shm", transport::shm::create());
   context->registerChannel(0, "basic", channel::basic::create());

@@ -18,7 +18,8 @@
 
 namespace actorpipe::group {
 
-std::shared_ptr<Context> makeMessagingContext(const std::string& name);
+// `secret` empty: none (ContextOptions::secret).
+std::shared_ptr<Context> makeMessagingContext(const std::string& name, const std::string& secret);
 
 class Mailbox : public std::enable_shared_from_this<Mailbox> {
  public:

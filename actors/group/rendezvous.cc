@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -89,15 +90,47 @@ struct Slot {
 
 struct Hello {
   int rank{-1};
+  int worldSize{0};
   std::string host;
   std::string url;
 };
 
-bool parseHello(const std::string& text, Hello& hello) {
-  std::istringstream in(text);
-  std::string word;
-  return (in >> word) && word == "hello" && (in >> hello.rank >> hello.host >> hello.url);
+// A decimal number, digits only, that fits an int.
+bool parseCount(const std::string& text, int& value) {
+  if (text.empty() || text.size() > 9) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  value = std::stoi(text);
+  return true;
 }
+
+// "hello <rank> <world size> <host> <url>": exactly five words, one space
+// apart. Anything else is dropped unanswered.
+bool parseHello(const std::string& text, Hello& hello) {
+  std::vector<std::string> words;
+  size_t start = 0;
+  for (;;) {
+    const size_t space = text.find(' ', start);
+    words.push_back(text.substr(start, space == std::string::npos ? std::string::npos : space - start));
+    if (words.back().empty() || words.size() > 5) return false;
+    if (space == std::string::npos) break;
+    start = space + 1;
+  }
+  for (const auto& word : words) {
+    for (char c : word) {
+      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return false;
+    }
+  }
+  return words.size() == 5 && words[0] == "hello" && parseCount(words[1], hello.rank) &&
+         parseCount(words[2], hello.worldSize) && ((hello.host = words[3]), (hello.url = words[4]), true);
+}
+
+// After the rendezvous failed for a reason every rank must hear (a rank
+// claimed twice, a world size that differs), rank 0 keeps answering late
+// hellos with it for this long at most, or until every rank has heard it,
+// so that ranks that start late fail at once too instead of at their timeout.
+constexpr auto kFailureLinger = std::chrono::seconds(5);
 
 // Rank 0's side.
 Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
@@ -106,45 +139,133 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
   const bool viaFile = isFile(me.rendezvous);
   auto listener = context.listen({viaFile ? "tcp://" + me.address + ":0" : me.rendezvous});
 
+  // A rank's claim: the first hello for it, kept while its pipe lives.
+  struct Claim {
+    std::shared_ptr<Pipe> pipe;
+    uint64_t id{0};
+  };
   struct State {
     std::mutex mutex;
     std::condition_variable cv;
     std::vector<Member> table;
-    std::vector<std::shared_ptr<Pipe>> pipes;
+    std::vector<Claim> claims;
     int arrived{1};
-    Error error;
+    uint64_t nextClaim{1};
+    Error error;          // the listener failed
+    std::string failure;  // a rank claimed twice, or a world size that differs
+    std::vector<char> told;  // per rank: a pipe that claimed it heard the failure
+    bool over{false};        // rank 0 answered; later hellos are dropped
+    int writing{0};          // answers not yet sent
+    std::vector<std::shared_ptr<Pipe>> refused;  // answered with the failure
   };
   auto state = std::make_shared<State>();
   state->table.resize(me.worldSize);
-  state->pipes.resize(me.worldSize);
+  state->claims.resize(me.worldSize);
+  state->told.assign(me.worldSize, 0);
+  state->told[0] = 1;
   state->table[0] = Member{me.host, myUrl};
+
+  // Answers go out with the lock released: a closed pipe calls back at once.
+  using Answers = std::vector<std::pair<std::shared_ptr<Pipe>, std::string>>;
+  auto send = [state](Answers answers) {
+    for (auto& [pipe, text] : answers) {
+      pipe->write(textMessage(std::move(text)), [state](const Error&) {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        --state->writing;
+        state->cv.notify_all();
+      });
+    }
+  };
+  const int worldSize = me.worldSize;
+  // Under the lock, for the hello that `pipe` brought: claims its rank, or
+  // fails the rendezvous, or (a rank out of range) does nothing. Returns the
+  // claim's id (0: no claim) and fills `answers` with who hears what.
+  auto onHello = [state, worldSize](const Hello& hello, const std::shared_ptr<Pipe>& pipe,
+                                    Answers& answers) -> uint64_t {
+    const bool inRange = hello.rank > 0 && hello.rank < worldSize;
+    if (state->failure.empty()) {
+      std::string failure;
+      if (hello.worldSize != worldSize) {
+        failure = "rank " + std::to_string(hello.rank) + " says the group has " +
+                  std::to_string(hello.worldSize) + " ranks, rank 0 says " +
+                  std::to_string(worldSize);
+      } else if (!inRange) {
+        return 0;
+      } else if (state->claims[hello.rank].pipe) {
+        failure = "rank " + std::to_string(hello.rank) +
+                  " was claimed twice (two processes said they are rank " +
+                  std::to_string(hello.rank) +
+                  ": a rank started twice, or a stranger; a group secret keeps strangers out, "
+                  "see docs/security.md)";
+      } else {
+        // The first claim for this rank; it stands while its pipe lives (a
+        // rank whose pipe broke says hello again on a new one).
+        const uint64_t id = state->nextClaim++;
+        state->claims[hello.rank] = Claim{pipe, id};
+        state->table[hello.rank] = Member{hello.host, hello.url};
+        ++state->arrived;
+        state->cv.notify_all();
+        return id;
+      }
+      // Failed: every claimant so far hears why.
+      state->failure = failure;
+      for (int r = 1; r < worldSize; ++r) {
+        if (!state->claims[r].pipe) continue;
+        answers.emplace_back(state->claims[r].pipe, "error " + failure);
+        state->told[r] = 1;
+      }
+    }
+    // And so does this hello, and every later one until rank 0 gives up.
+    answers.emplace_back(pipe, "error " + state->failure);
+    state->refused.push_back(pipe);
+    if (inRange) state->told[hello.rank] = 1;
+    state->cv.notify_all();
+    return 0;
+  };
 
   std::weak_ptr<Listener> weakListener = listener;
   auto acceptNext = std::make_shared<std::function<void()>>();
   std::weak_ptr<std::function<void()>> again = acceptNext;  // weak: no cycle through itself
-  *acceptNext = [state, weakListener, again]() {
+  *acceptNext = [state, weakListener, again, send, onHello]() {
     auto listener = weakListener.lock();
     if (!listener) return;
-    listener->accept([state, again](const Error& error, std::shared_ptr<Pipe> pipe) {
+    listener->accept([state, again, send, onHello](const Error& error, std::shared_ptr<Pipe> pipe) {
       if (error) {
         std::lock_guard<std::mutex> lock(state->mutex);
         if (!state->error) state->error = error;
         state->cv.notify_all();
         return;
       }
-      pipe->readDescriptor([state, pipe](const Error& error, Descriptor descriptor) {
+      pipe->readDescriptor([state, pipe, send, onHello](const Error& error, Descriptor descriptor) {
         if (error) return;  // a rank that hung up before saying hello retries
-        pipe->read(Allocation{}, [](const Error&) {});
         Hello hello;
-        std::lock_guard<std::mutex> lock(state->mutex);
-        if (!parseHello(descriptor.metadata, hello) || hello.rank <= 0 ||
-            hello.rank >= static_cast<int>(state->table.size())) {
-          return;
+        Answers answers;
+        uint64_t claim = 0;
+        if (parseHello(descriptor.metadata, hello)) {  // else dropped unanswered
+          std::lock_guard<std::mutex> lock(state->mutex);
+          if (!state->over) claim = onHello(hello, pipe, answers);
+          state->writing += static_cast<int>(answers.size());
         }
-        if (!state->pipes[hello.rank]) ++state->arrived;
-        state->pipes[hello.rank] = pipe;  // a retrying rank replaces its earlier pipe
-        state->table[hello.rank] = Member{hello.host, hello.url};
-        state->cv.notify_all();
+        if (claim == 0) {
+          pipe->read(Allocation{}, [](const Error&) {});
+        } else {
+          // A claimant says nothing more, so its next read ends only when
+          // its pipe does: then its claim lapses, unless rank 0 answered.
+          const int rank = hello.rank;
+          auto lapse = [state, rank, claim] {
+            std::lock_guard<std::mutex> lock(state->mutex);
+            if (state->over || state->claims[rank].id != claim) return;
+            state->claims[rank] = Claim{};
+            --state->arrived;
+          };
+          pipe->read(Allocation{}, [pipe, lapse](const Error& error) {
+            if (error) return lapse();
+            pipe->readDescriptor([lapse](const Error& error, Descriptor) {
+              if (error) lapse();
+            });
+          });
+        }
+        send(std::move(answers));
       });
       if (auto next = again.lock()) (*next)();
     });
@@ -168,21 +289,29 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
 
   std::unique_lock<std::mutex> lock(state->mutex);
   const bool complete = state->cv.wait_until(lock, deadline, [&] {
-    return state->arrived == me.worldSize || static_cast<bool>(state->error);
+    return state->arrived == me.worldSize || static_cast<bool>(state->error) ||
+           !state->failure.empty();
   });
-  std::string answer;
+  Answers answers;
   Error result;
-  if (complete && !state->error) {
+  if (!state->failure.empty()) {
+    // Those who came heard it already; linger for those still to come.
+    const auto lingerUntil = std::min(deadline, Clock::now() + kFailureLinger);
+    state->cv.wait_until(lock, lingerUntil, [&] {
+      return std::all_of(state->told.begin(), state->told.end(), [](char t) { return t != 0; });
+    });
+    result = ACTORPIPE_ERROR(RendezvousError, state->failure);
+  } else if (complete && !state->error) {
     std::ostringstream out;
     out << "table " << me.worldSize << "\n";
     for (const auto& member : state->table) out << member.host << " " << member.url << "\n";
-    answer = out.str();
     table = state->table;
+    for (int r = 1; r < me.worldSize; ++r) answers.emplace_back(state->claims[r].pipe, out.str());
   } else {
     std::string missing;
     int count = 0;
     for (int r = 1; r < me.worldSize; ++r) {
-      if (!state->pipes[r]) {
+      if (!state->claims[r].pipe) {
         if (count++ < 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
     }
@@ -192,26 +321,25 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
                      : (count == 1 ? "rank " : "ranks ") + missing + " of " +
                            std::to_string(me.worldSize) + " never showed up within " +
                            std::to_string(timeout.count()) + " ms";
-    answer = "error " + reason;
+    for (int r = 1; r < me.worldSize; ++r) {
+      if (state->claims[r].pipe) answers.emplace_back(state->claims[r].pipe, "error " + reason);
+    }
     result = ACTORPIPE_ERROR(RendezvousError, reason);
   }
-  auto pipes = state->pipes;
+  state->over = true;
+  state->writing += static_cast<int>(answers.size());
   lock.unlock();
+  send(std::move(answers));
 
-  // Answer everyone who came, and wait (briefly) until the answers are out.
-  auto pending = std::make_shared<Slot<int>>();
-  auto remaining = std::make_shared<std::atomic<int>>(0);
-  for (auto& pipe : pipes) {
-    if (pipe) ++*remaining;
-  }
-  if (*remaining == 0) pending->put(0);
-  for (auto& pipe : pipes) {
-    if (!pipe) continue;
-    pipe->write(textMessage(answer), [pending, remaining](const Error&) {
-      if (--*remaining == 0) pending->put(0);
-    });
-  }
-  pending->waitUntil(Clock::now() + std::chrono::seconds(5));
+  // Wait (briefly) until the answers are out.
+  lock.lock();
+  state->cv.wait_until(lock, Clock::now() + std::chrono::seconds(5),
+                       [&] { return state->writing == 0; });
+  // The pipes go with this function, as the ranks hang up on their side;
+  // none stays behind in `state`, which their pending reads hold.
+  auto claims = std::move(state->claims);
+  auto refused = std::move(state->refused);
+  lock.unlock();
   listener->close();
   return result;
 }
@@ -222,7 +350,8 @@ bool askRankZero(Context& context, const RankInfo& me, const std::string& myUrl,
                  const std::string& url, Clock::time_point deadline,
                  std::vector<Member>& table, Error& result, std::string& lastProblem) {
   auto pipe = context.connect(url);
-  pipe->write(textMessage("hello " + std::to_string(me.rank) + " " + me.host + " " + myUrl),
+  pipe->write(textMessage("hello " + std::to_string(me.rank) + " " + std::to_string(me.worldSize) +
+                          " " + me.host + " " + myUrl),
               [](const Error&) {});
   struct Answer {
     Error error;
@@ -239,6 +368,14 @@ bool askRankZero(Context& context, const RankInfo& me, const std::string& myUrl,
   }
   pipe->close();
   const Answer& got = answer->value;
+  if (got.error && got.error.isOfType<AuthenticationError>()) {
+    // Whoever listens there does not share our secret: asking again will not help.
+    result = ACTORPIPE_ERROR(RendezvousError,
+                             "rank 0 at " + url + " refused us: " + got.error.what() +
+                                 " (do all ranks have the same ACTORPIPE_SECRET or "
+                                 "ACTORPIPE_SECRET_FILE?)");
+    return true;
+  }
   if (got.error) {
     lastProblem = got.error.what();
     return false;

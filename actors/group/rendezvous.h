@@ -8,6 +8,15 @@
 // it is, and waits for the table, which rank 0 sends once every rank has
 // checked in. If some rank never does, rank 0 tells everyone who is missing,
 // so every rank fails with the same clear RendezvousError.
+//
+// A hello is "hello <rank> <world size> <host> <url>", parsed strictly
+// (anything else is dropped). Rank 0 fails the rendezvous at once, telling
+// every rank that says hello (for a few seconds more, so late ranks hear it
+// too), when a hello's world size differs from its own, or when a second
+// process claims a rank whose first claimant is still connected: a stranger
+// that says it is rank r makes the group fail, naming r, rather than take
+// r's place. (With a secret, TreeOptions::secret, strangers get no pipe at
+// all.) A claimant whose pipe broke may be replaced: that is how ranks retry.
 #include <chrono>
 #include <string>
 #include <vector>

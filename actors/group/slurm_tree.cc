@@ -77,7 +77,11 @@ Error SlurmTree::create(const SlurmTreeOptions& options, std::unique_ptr<Tree>& 
   placement.localRank = info.localRank;
   placement.gpu = info.localRank / options.tasksPerGpu;
   placement.nodeName = info.host;
-  return Tree::create(info, options.tree, tree);
+  TreeOptions treeOptions = options.tree;
+  if (treeOptions.secret.empty()) {
+    if (Error error = secretFromEnvironment(treeOptions.secret)) return error;
+  }
+  return Tree::create(info, treeOptions, tree);
 }
 
 } // namespace actorpipe::group

@@ -6,7 +6,9 @@
 // of one node form a same-host subtree. Rank 0 publishes its address in
 // $ACTORPIPE_RENDEZVOUS_DIR (default ~/.actorpipe, which must be shared by
 // the nodes) under the job and step id, written atomically; or set
-// ACTORPIPE_RENDEZVOUS=tcp://host:port to skip the file.
+// ACTORPIPE_RENDEZVOUS=tcp://host:port to skip the file. The secret comes
+// from SlurmTreeOptions::tree.secret, else from the environment as for
+// Tree::fromEnvironment (ACTORPIPE_SECRET_FILE or ACTORPIPE_SECRET).
 // docs/groups.md has an sbatch script.
 #include <memory>
 #include <string>

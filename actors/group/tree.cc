@@ -70,7 +70,11 @@ Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique
 Error Tree::fromEnvironment(const TreeOptions& options, std::unique_ptr<Tree>& tree) {
   RankInfo info;
   if (Error error = rankInfoFromEnvironment(info)) return error;
-  return create(info, options, tree);
+  TreeOptions withSecret = options;
+  if (withSecret.secret.empty()) {
+    if (Error error = secretFromEnvironment(withSecret.secret)) return error;
+  }
+  return create(info, withSecret, tree);
 }
 
 int Tree::rank() const { return core_->info.rank; }

@@ -73,6 +73,13 @@ struct TreeOptions {
   // the group and report failures. 0 keeps every collective on the pipes
   // (so does ACTORPIPE_GROUP_ARENA=0).
   size_t arenaSlotBytes{size_t{1} << 20};
+  // Shared by every rank: each pipe of the group (rendezvous, links) runs
+  // a mutual challenge-response on it and refuses processes that lack it
+  // (ContextOptions::secret), so a local stranger can neither read the rank
+  // table nor take a rank's place. Empty: none, unless fromEnvironment()
+  // finds one (ACTORPIPE_SECRET_FILE, ACTORPIPE_SECRET; actorpipe-run sets
+  // one per job). docs/security.md, "Groups".
+  std::string secret;
 };
 
 // Whether this rank has data for an allReduce (torch-ipc's uneven steps: a
@@ -86,7 +93,8 @@ class Tree {
   // Joins the group `info` describes: listens, meets the others, links up.
   static Error create(const RankInfo& info, const TreeOptions& options,
                       std::unique_ptr<Tree>& tree);
-  // The same, with the RankInfo read from the environment (environment.h).
+  // The same, with the RankInfo read from the environment (environment.h),
+  // and the secret too when `options` has none.
   static Error fromEnvironment(const TreeOptions& options, std::unique_ptr<Tree>& tree);
 
   ~Tree();

@@ -96,7 +96,8 @@ Error TreeCore::start() {
   pollWindow_ = pollWindowFor(info);
   context_ = std::make_shared<Context>(ContextOptions()
                                           .name("rank " + std::to_string(info.rank))
-                                          .pollWindow(pollWindow_));
+                                          .pollWindow(pollWindow_)
+                                          .secret(options.secret));
   context_->registerTransport(0, "tcp", transport::uv::create());
   context_->registerTransport(10, "shm", transport::shm::create());
   context_->registerChannel(0, "basic", channel::basic::create());
@@ -226,7 +227,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
         changed_.notify_all();
         return;
       }
-      pipe->readDescriptor([this, weak, pipe](const Error& error, Descriptor descriptor) {
+      pipe->readDescriptor([this, weak, pipe, acceptError](const Error& error, Descriptor descriptor) {
         auto self = weak.lock();
         if (!self || error) return;
         pipe->read(Allocation{}, [](const Error&) {});
@@ -241,6 +242,20 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
                                                : link && link->cubeStep >= 0 && !link->toParent;
         if (expected && !link->pipe) {
           link->pipe = pipe;
+          changed_.notify_all();
+        } else if (expected) {
+          // The first claim stands; a second process that says it is the
+          // same rank (a stranger, or the rank started twice) is refused,
+          // and the group does not form.
+          const std::string reason =
+              "rank " + std::to_string(rank) + " was claimed twice: a second process said it is rank " +
+              std::to_string(rank) + " on a link to rank " + std::to_string(info.rank) +
+              " (a rank started twice, or a stranger; a group secret keeps strangers out, see "
+              "docs/security.md)";
+          Message refusal;
+          refusal.metadata = "error " + reason;
+          pipe->write(std::move(refusal), [pipe](const Error&) {});
+          if (!*acceptError) *acceptError = ACTORPIPE_ERROR(RendezvousError, reason);
           changed_.notify_all();
         }
       });

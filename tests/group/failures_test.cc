@@ -12,34 +12,15 @@
 
 #include <doctest/doctest.h>
 
+#include "../support/shell.h"
+
 namespace {
 
-struct Run {
-  int status{-1};  // exit code, or 128 + signal
-  std::string output;
-  double seconds{0};
-};
-
-Run runShell(const std::string& command);
+using Run = testing::ShellRun;
+using testing::runShell;
 
 Run run(const std::string& arguments) {
   return runShell(std::string(ACTORPIPE_RUN) + " " + arguments);
-}
-
-Run runShell(const std::string& shellCommand) {
-  const auto start = std::chrono::steady_clock::now();
-  Run result;
-  const std::string command = shellCommand + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
 }
 
 int count(const std::string& text, const std::string& needle) {

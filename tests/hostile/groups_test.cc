@@ -1,0 +1,471 @@
+// Strangers against a process group: docs/security.md, "Groups". Every rank
+// and every attacker is a real process. The attacker is a local process that
+// runs actorpipe and speaks the group's text protocol: it finds rank 0's
+// rendezvous (here it reads the rendezvous file; a port scan does as well)
+// and says "hello 1 ...", or links to a rank as someone else. Before this
+// suite the first such claim won: a stranger got the whole rank table, took
+// rank 1's place and stalled the group.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <actorpipe/actors/group/environment.h>
+#include <actorpipe/actors/group/slurm_tree.h>
+#include <actorpipe/actors/group/tree.h>
+
+#include "../support/harness.h"
+#include "../support/shell.h"
+
+using namespace actorpipe;
+using namespace testing;
+namespace g = actorpipe::group;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Well under every rendezvous timeout below (30 s), well over what a loaded
+// two-core machine needs for a rendezvous that fails at once.
+constexpr double kPrompt = 10.0;
+const auto kRendezvousTimeout = std::chrono::seconds(30);
+
+// A fresh directory for one test's rendezvous file (and secret files).
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char name[] = "/tmp/hostile-groups-XXXXXX";
+    REQUIRE(::mkdtemp(name) != nullptr);
+    path = name;
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string rendezvous() const { return "file://" + path + "/rank0"; }
+};
+
+g::RankInfo rankInfo(int rank, int worldSize, const std::string& rendezvous) {
+  g::RankInfo info;
+  info.rank = rank;
+  info.worldSize = worldSize;
+  info.localRank = rank;
+  info.localSize = worldSize;
+  info.host = "testhost";
+  info.address = "127.0.0.1";
+  info.rendezvous = rendezvous;
+  info.source = "actorpipe";
+  info.jobId = "hostile";
+  return info;
+}
+
+// What a rank process reports: "formed" once the group formed and summed
+// right, else "failed <seconds> <rendezvous|other> <what>" (seconds: from
+// its start until Tree::create returned).
+struct Outcome {
+  bool formed{false};
+  double seconds{0};
+  bool rendezvousError{false};
+  std::string what;
+  std::string line;
+};
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+Outcome parseOutcome(const std::string& line) {
+  Outcome o;
+  o.line = line;
+  if (line == "formed") {
+    o.formed = true;
+    return o;
+  }
+  std::istringstream in(line);
+  std::string word, kind;
+  if (in >> word >> o.seconds >> kind && word == "failed") {
+    o.rendezvousError = kind == "rendezvous";
+    std::getline(in, o.what);
+  }
+  return o;
+}
+
+Child spawnRank(const g::RankInfo& info, const std::string& secret) {
+  return Child::spawn(
+      [info, secret](Child& self) {
+        g::TreeOptions options;
+        options.rendezvousTimeout = kRendezvousTimeout;
+        options.operationTimeout = std::chrono::seconds(20);
+        options.secret = secret;
+        const auto start = Clock::now();
+        std::unique_ptr<g::Tree> tree;
+        Error error = g::Tree::create(info, options, tree);
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        const char* kind = error.isOfType<g::RendezvousError>() ? "rendezvous" : "other";
+        if (!error) {
+          std::vector<int32_t> values(8, info.rank + 1);
+          error = tree->allReduce({g::tensorOf(values)}, g::Reduction::sum());
+          const int n = info.worldSize;
+          if (!error && values[0] != n * (n + 1) / 2) {
+            error = ACTORPIPE_ERROR(LogicError, "wrong sum " + std::to_string(values[0]));
+          }
+          kind = "collective";
+        }
+        self.send(error ? "failed " + std::to_string(seconds) + " " + kind + " " + error.what()
+                        : "formed");
+        return 0;
+      },
+      std::chrono::seconds(50));
+}
+
+Outcome outcomeOf(Child& rank) {
+  Outcome o = parseOutcome(rank.receive(std::chrono::seconds(45)));
+  CHECK(rank.wait(std::chrono::seconds(20)) == 0);
+  return o;
+}
+
+void expectFormed(std::initializer_list<Child*> ranks) {
+  for (Child* rank : ranks) {
+    Outcome o = outcomeOf(*rank);
+    INFO(o.line);
+    CHECK(o.formed);
+  }
+}
+
+// Each failed to form the group, soon, with a RendezvousError that says `why`.
+void expectPromptFailure(std::initializer_list<Child*> ranks, const std::string& why) {
+  for (Child* rank : ranks) {
+    Outcome o = outcomeOf(*rank);
+    INFO(o.line);
+    CHECK(o.rendezvousError);
+    CHECK(contains(o.what, why));
+    CHECK(o.seconds < kPrompt);
+  }
+}
+
+// In an attacker: rank 0's rendezvous address, once rank 0 published it.
+std::string waitForRankZero(const std::string& rendezvous) {
+  const std::string path = rendezvous.substr(std::string("file://").size());
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string url;
+    if (std::getline(in, url) && !url.empty()) return url;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+Message text(const std::string& metadata) {
+  Message message;
+  message.metadata = metadata;
+  return message;
+}
+
+// In an attacker: says `line` on a pipe to `url` and returns what came
+// back: "answer <metadata>" or "error <what>".
+std::string say(Context& context, const std::string& url, const std::string& line,
+                std::shared_ptr<Pipe>* keep = nullptr) {
+  auto pipe = context.connect(url);
+  Error written = writeSync(*pipe, text(line));
+  if (written) return "error " + written.what();
+  if (keep) {
+    *keep = pipe;
+    return "kept";
+  }
+  Received answer = readSync(*pipe, std::chrono::seconds(20));
+  return answer.error ? "error " + answer.error.what() : "answer " + answer.descriptor.metadata;
+}
+
+// An attacker: a process running actorpipe (no secret) that finds rank 0's
+// rendezvous and then does `body`.
+Child spawnStranger(const std::string& rendezvous,
+                    std::function<void(Child& self, Context& context, const std::string& url)> body) {
+  return Child::spawn([rendezvous, body](Child& self) {
+    const std::string url = waitForRankZero(rendezvous);
+    CHILD_CHECK(!url.empty());
+    auto context = makeContext("stranger");
+    body(self, *context, url);
+    context->close();
+    context->join();
+    return 0;
+  });
+}
+
+std::string writeFile(const std::string& path, const std::string& content, mode_t mode) {
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << content;
+  }
+  REQUIRE(::chmod(path.c_str(), mode) == 0);
+  return path;
+}
+
+} // namespace
+
+TEST_CASE("with a secret, a stranger that says hello 1 gets no table and the group forms") {
+  TempDir dir;
+  const std::string secret = "the group's secret";
+  Child zero = spawnRank(rankInfo(0, 2, dir.rendezvous()), secret);
+
+  // The stranger tries first, with no secret and with a wrong one.
+  Child stranger = spawnStranger(dir.rendezvous(), [](Child& self, Context& plain, const std::string& url) {
+    self.send(say(plain, url, "hello 1 2 evil tcp://127.0.0.1:9"));
+    auto guessing = makeContext("stranger", ContextOptions().secret("a wrong secret"));
+    self.send(say(*guessing, url, "hello 1 2 evil tcp://127.0.0.1:9"));
+    guessing->close();
+    guessing->join();
+  });
+  for (const char* guess : {"no secret", "a wrong secret"}) {
+    CAPTURE(guess);
+    const std::string heard = stranger.receive(std::chrono::seconds(30));
+    INFO(heard);
+    CHECK(heard.rfind("error ", 0) == 0);
+    CHECK(contains(heard, "authentication failed"));
+    CHECK_FALSE(contains(heard, "table"));
+  }
+  CHECK(stranger.wait() == 0);
+
+  // Then rank 1 comes, and the group forms as if nobody had called.
+  Child one = spawnRank(rankInfo(1, 2, dir.rendezvous()), secret);
+  expectFormed({&zero, &one});
+}
+
+TEST_CASE("a rank with another secret is refused at once, naming the cause") {
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 2, dir.rendezvous()), "one secret");
+  Child one = spawnRank(rankInfo(1, 2, dir.rendezvous()), "another secret");
+  expectPromptFailure({&one}, "refused us: authentication failed");
+  zero.kill(SIGKILL);  // it waits for a rank 1 that will not come
+}
+
+// Three ranks, so that the stranger's claim alone does not complete the
+// table: rank 1 comes second, rank 2 last (a stranger who completes a table
+// before the real rank comes gets it: only a secret prevents that).
+TEST_CASE("without a secret, a stranger that claims rank 1 first fails the rendezvous, named") {
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 3, dir.rendezvous()), "");
+  Child stranger = spawnStranger(dir.rendezvous(), [](Child& self, Context& context, const std::string& url) {
+    std::shared_ptr<Pipe> pipe;
+    self.send(say(context, url, "hello 1 3 evil tcp://127.0.0.1:9", &pipe));
+    // Holds its claim, and reports what rank 0 tells it in the end.
+    Received answer = readSync(*pipe, std::chrono::seconds(30));
+    self.send(answer.error ? "error " + answer.error.what() : "answer " + answer.descriptor.metadata);
+  });
+  REQUIRE(stranger.receive(std::chrono::seconds(30)) == "kept");
+
+  Child one = spawnRank(rankInfo(1, 3, dir.rendezvous()), "");
+  // Rank 0 tells the first claimant once the second came.
+  const std::string heard = stranger.receive(std::chrono::seconds(30));
+  INFO(heard);
+  CHECK(heard.rfind("answer error rank 1 was claimed twice", 0) == 0);
+  CHECK_FALSE(contains(heard, "table"));
+  CHECK(stranger.wait() == 0);
+
+  // Rank 2 comes after the failure, and hears of it at once too.
+  Child two = spawnRank(rankInfo(2, 3, dir.rendezvous()), "");
+  expectPromptFailure({&zero, &one, &two}, "rank 1 was claimed twice");
+}
+
+TEST_CASE("a claim whose pipe broke before the table went out is replaced (a rank retrying)") {
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 3, dir.rendezvous()), "");
+  Child stranger = spawnStranger(dir.rendezvous(), [](Child& self, Context& context, const std::string& url) {
+    std::shared_ptr<Pipe> pipe;
+    self.send(say(context, url, "hello 1 3 evil tcp://127.0.0.1:9", &pipe));
+    // Rank 0 answers nothing before the table is complete, so nothing tells
+    // when it took the claim: give it ample time (it takes ~0.1 s under ASan).
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    pipe->close();
+  });
+  REQUIRE(stranger.receive(std::chrono::seconds(30)) == "kept");
+  CHECK(stranger.wait() == 0);
+  // Likewise nothing tells when rank 0 saw the claimant's pipe end.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  Child one = spawnRank(rankInfo(1, 3, dir.rendezvous()), "");
+  Child two = spawnRank(rankInfo(2, 3, dir.rendezvous()), "");
+  expectFormed({&zero, &one, &two});
+}
+
+TEST_CASE("garbage hellos are dropped unanswered, and the group forms") {
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 2, dir.rendezvous()), "");
+  Child stranger = spawnStranger(dir.rendezvous(), [](Child& self, Context& context, const std::string& url) {
+    std::vector<std::shared_ptr<Pipe>> pipes;
+    for (const char* line :
+         {"hello", "hello 1", "hello 1 2 evil", "hello x 2 evil url", "hello 1 x evil url",
+          "hello -1 2 evil url", "hello 1 2 evil url extra", "hello  1 2 evil url",
+          "hello 1 2 evil url ", "hello 99999999999 2 evil url", "hello 1 +2 evil url",
+          "hello 1 2 ev\til url", "hola 1 2 evil url", "hello 0 2 evil url", "hello 2 2 evil url"}) {
+      std::shared_ptr<Pipe> pipe;
+      CHILD_CHECK(say(context, url, line, &pipe) == "kept");
+      pipes.push_back(pipe);
+    }
+    self.send("said");
+    // None is answered, not even once the group formed and rank 0 hung up.
+    for (auto& pipe : pipes) {
+      Received answer = readSync(*pipe, std::chrono::seconds(30));
+      CHILD_CHECK(answer.error);
+    }
+    self.send("unanswered");
+  });
+  REQUIRE(stranger.receive(std::chrono::seconds(30)) == "said");
+  Child one = spawnRank(rankInfo(1, 2, dir.rendezvous()), "");
+  expectFormed({&zero, &one});
+  CHECK(stranger.receive(std::chrono::seconds(40)) == "unanswered");
+  CHECK(stranger.wait() == 0);
+}
+
+TEST_CASE("without a secret, a second link claim for a linked rank is refused and named") {
+  // The stranger takes rank 2's place (nobody else claims it: without a
+  // secret that much is possible), gets the table, and links to rank 0 as
+  // rank 1 too. Whichever of the two rank-1 links comes second, rank 0
+  // refuses it and the group does not form.
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 3, dir.rendezvous()), "");
+  Child one = spawnRank(rankInfo(1, 3, dir.rendezvous()), "");
+  Child stranger = spawnStranger(dir.rendezvous(), [](Child& self, Context& context, const std::string& url) {
+    const std::string heard = say(context, url, "hello 2 3 evil tcp://127.0.0.1:9");
+    std::istringstream table(heard);
+    std::string answer, word, size, host, zeroUrl;
+    CHILD_CHECK((table >> answer >> word >> size >> host >> zeroUrl) && word == "table");
+    self.send(say(context, zeroUrl, "link 1"));
+  });
+  expectPromptFailure({&zero}, "rank 1 was claimed twice");
+  // Rank 1 either was the one refused or lost its parent: no group.
+  Outcome first = outcomeOf(one);
+  CHECK_FALSE(first.formed);
+  // The stranger's own link was refused, or was the first and saw rank 0 go.
+  INFO(stranger.receive(std::chrono::seconds(30)));
+  CHECK(stranger.wait() == 0);
+}
+
+TEST_CASE("mismatched world sizes fail every rank at once, naming the rank") {
+  TempDir dir;
+  Child zero = spawnRank(rankInfo(0, 3, dir.rendezvous()), "");
+  Child one = spawnRank(rankInfo(1, 3, dir.rendezvous()), "");
+  Child two = spawnRank(rankInfo(2, 4, dir.rendezvous()), "");
+  expectPromptFailure({&zero, &one, &two}, "rank 2 says the group has 4 ranks, rank 0 says 3");
+}
+
+TEST_CASE("the secret file must be private; one trailing newline is stripped") {
+  TempDir dir;
+  std::string secret;
+  auto fromFile = [&](const std::string& path) {
+    secret.clear();
+    return g::secretFromEnvironment(secret, {{"ACTORPIPE_SECRET_FILE", path},
+                                             {"ACTORPIPE_SECRET", "from the variable"}});
+  };
+  const std::string open = writeFile(dir.path + "/open", "s3cret\n", 0644);
+  Error error = fromFile(open);
+  INFO(error.what());
+  CHECK(error.isOfType<g::RendezvousError>());
+  CHECK(contains(error.what(), open));
+  CHECK(contains(error.what(), "mode 0644"));
+  CHECK(contains(error.what(), "group or others"));
+  CHECK(secret.empty());
+  CHECK(fromFile(writeFile(dir.path + "/readable", "s3cret", 0640)));
+  CHECK(fromFile(writeFile(dir.path + "/writable", "s3cret", 0620)));
+  CHECK(fromFile(writeFile(dir.path + "/empty", "\n", 0600)));
+  CHECK(contains(fromFile(dir.path).what(), "not a regular file"));
+  CHECK(fromFile(dir.path + "/missing").isOfType<SystemError>());
+
+  CHECK_FALSE(fromFile(writeFile(dir.path + "/private", "s3cret\n", 0600)));
+  CHECK(secret == "s3cret");
+  CHECK_FALSE(fromFile(writeFile(dir.path + "/two", "s3cret\n\n", 0400)));
+  CHECK(secret == "s3cret\n");
+  CHECK_FALSE(g::secretFromEnvironment(secret, {{"ACTORPIPE_SECRET", "from the variable"}}));
+  CHECK(secret == "from the variable");
+
+  // Through the API: Tree::fromEnvironment and SlurmTree::create refuse it.
+  for (const bool slurm : {false, true}) {
+    CAPTURE(slurm);
+    Child rank = Child::spawn([&](Child& self) {
+      ::setenv(slurm ? "SLURM_PROCID" : "ACTORPIPE_RANK", "0", 1);
+      ::setenv(slurm ? "SLURM_NTASKS" : "ACTORPIPE_WORLD_SIZE", "1", 1);
+      ::setenv("ACTORPIPE_RENDEZVOUS", dir.rendezvous().c_str(), 1);
+      ::setenv("ACTORPIPE_SECRET_FILE", open.c_str(), 1);
+      std::unique_ptr<g::Tree> tree;
+      g::SlurmPlacement placement;
+      Error refused = slurm ? g::SlurmTree::create({}, tree, placement)
+                            : g::Tree::fromEnvironment({}, tree);
+      self.send(refused ? refused.what() : "formed");
+      ::chmod(open.c_str(), 0600);
+      Error formed = slurm ? g::SlurmTree::create({}, tree, placement)
+                           : g::Tree::fromEnvironment({}, tree);
+      self.send(formed ? formed.what() : "formed");
+      return 0;
+    });
+    const std::string refused = rank.receive();
+    INFO(refused);
+    CHECK(contains(refused, "mode 0644"));
+    CHECK(rank.receive() == "formed");
+    CHECK(rank.wait() == 0);
+    REQUIRE(::chmod(open.c_str(), 0644) == 0);
+  }
+}
+
+namespace {
+
+// The secret each rank saw, from lines "[r] secret <value>".
+std::vector<std::string> secretsSeen(const std::string& output, int ranks) {
+  std::vector<std::string> seen(ranks);
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    int rank = -1;
+    char value[256] = {};
+    if (std::sscanf(line.c_str(), "[%d] secret %255s", &rank, value) == 2 && rank >= 0 &&
+        rank < ranks) {
+      seen[rank] = value;
+    }
+  }
+  return seen;
+}
+
+const std::string kLaunch = std::string(ACTORPIPE_RUN) + " -n 3 --timeout 60 -- sh -c ";
+const std::string kRank = std::string("'echo secret ${ACTORPIPE_SECRET:-none}; exec ") +
+                          GROUP_CHECK + " sum'";
+
+} // namespace
+
+TEST_CASE("actorpipe-run gives each job a fresh secret, and its ranks form a group on it") {
+  ShellRun first = runShell("env -u ACTORPIPE_SECRET -u ACTORPIPE_SECRET_FILE " + kLaunch + kRank);
+  ShellRun second = runShell("env -u ACTORPIPE_SECRET -u ACTORPIPE_SECRET_FILE " + kLaunch + kRank);
+  INFO(first.output);
+  INFO(second.output);
+  CHECK(first.status == 0);
+  CHECK(second.status == 0);
+  CHECK(contains(first.output, "[0] ok sum"));
+  const auto one = secretsSeen(first.output, 3);
+  const auto two = secretsSeen(second.output, 3);
+  CHECK(one[0].size() == 64);
+  CHECK(one[0].find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(one[1] == one[0]);
+  CHECK(one[2] == one[0]);
+  CHECK(two[0].size() == 64);
+  CHECK(two[0] != one[0]);
+
+  // The user's own secret is kept (and an empty one means none).
+  ShellRun mine = runShell("env -u ACTORPIPE_SECRET_FILE ACTORPIPE_SECRET=mine " + kLaunch + kRank);
+  INFO(mine.output);
+  CHECK(mine.status == 0);
+  CHECK(secretsSeen(mine.output, 3) == std::vector<std::string>(3, "mine"));
+
+  // The group does run on it: a rank given another secret is refused.
+  ShellRun other = runShell("env -u ACTORPIPE_SECRET -u ACTORPIPE_SECRET_FILE " + kLaunch +
+                       "'if [ $ACTORPIPE_RANK = 2 ]; then export ACTORPIPE_SECRET=other; fi; exec " +
+                       GROUP_CHECK + " sum'");
+  INFO(other.output);
+  CHECK(other.status != 0);
+  CHECK(contains(other.output, "[2] rank -1: FAILED: joining the group: rendezvous failed"));
+  CHECK(contains(other.output, "refused us: authentication failed"));
+}
