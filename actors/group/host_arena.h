@@ -4,7 +4,7 @@
 //
 // Why: a pipe message costs a hand-off between the caller and its loop
 // thread and a wake-up on the receiving side (~40 µs each way across vCPUs,
-// ../shared/NOTES.md). A collective on one host needs neither: every rank
+// docs/machine.md). A collective on one host needs neither: every rank
 // maps the same segment, copies its contribution into its own slot, raises a
 // flag, and spins briefly on the others' flags (then sleeps on a futex, so an
 // idle group costs nothing). The pipes stay up: they formed the group, they

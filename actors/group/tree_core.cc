@@ -33,7 +33,7 @@ constexpr auto kAbortLinger = std::chrono::milliseconds(300);
 // How long a caller spins (yielding to its own loop thread, which shares
 // its CPU when ranks are bound) before it sleeps. A vCPU that goes idle here
 // halts, and waking a thread on a halted vCPU costs ~40 µs
-// (../shared/NOTES.md), more than a whole small call. Where the loops poll,
+// (docs/machine.md), more than a whole small call. Where the loops poll,
 // they keep the CPU awake and a spinning caller would only fight its own
 // loop thread for the CPU; where they do not (more ranks than CPUs), small
 // calls spin so that messages from the other CPU land at once. Large calls
