@@ -120,7 +120,7 @@ void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
   }
   // Mapped (or failed): the descriptors are no longer needed on this side.
   for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) closeMemfd(fd);
   }
   if (error) return closeInLoop(error);
   ready_ = true;

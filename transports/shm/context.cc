@@ -203,7 +203,7 @@ void ShmListener::failInLoop(const Error& error) {
 bool memfdWorks() {
   int fd = ::memfd_create("actorpipe-probe", MFD_CLOEXEC);
   if (fd < 0) return false;
-  ::close(fd);
+  closeMemfd(fd);
   return true;
 }
 

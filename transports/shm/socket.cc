@@ -94,4 +94,6 @@ std::string hostIdentity() {
   return boot + "/net:" + net;
 }
 
+__attribute__((noinline)) void closeMemfd(int fd) { ::close(fd); }
+
 } // namespace actorpipe::transport::shm

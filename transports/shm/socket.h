@@ -25,4 +25,10 @@ ssize_t recvWithFds(int socket, void* data, size_t length, int* fds, int& count)
 // in the network namespace).
 std::string hostIdentity();
 
+// Closes a descriptor that memfd_create made. ThreadSanitizer does not
+// intercept memfd_create, so it takes the new descriptor for the last one of
+// that number (another thread's closed socket) and reports our close as a
+// race with that thread; tests/sanitizers/tsan.supp names this function.
+void closeMemfd(int fd);
+
 } // namespace actorpipe::transport::shm
