@@ -29,11 +29,6 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
-std::string Device::to_string() const {
-  return (type == DeviceType::cpu ? std::string("cpu") : std::string("cuda"))
-         + ":" + std::to_string(index);
-}
-
 // -- Storage ------------------------------------------------------------------
 
 namespace {
@@ -141,8 +136,8 @@ void Tensor::check_host_access(DType requested) const {
     throw std::invalid_argument(std::string("Tensor::data: tensor holds ")
                                 + dtype_name(dtype_) + ", asked for "
                                 + dtype_name(requested));
-  if (!device().is_cpu())
-    throw std::logic_error("Tensor::data: storage is on " + device().to_string()
+  if (!device().isCpu())
+    throw std::logic_error("Tensor::data: storage is on " + device().toString()
                            + ", not host memory");
 }
 
@@ -156,7 +151,7 @@ Tensor Tensor::reshape(Shape shape) const {
 Tensor Tensor::clone() const {
   if (!storage_)
     return {};
-  if (!device().is_cpu())
+  if (!device().isCpu())
     throw std::logic_error("Tensor::clone: only host tensors can be cloned here");
   auto copy = empty(shape_, dtype_);
   std::memcpy(copy.raw_data(), raw_data(), nbytes());
@@ -167,7 +162,7 @@ std::string Tensor::to_string() const {
   if (!storage_)
     return "Tensor(undefined)";
   return "Tensor(" + std::string(dtype_name(dtype_)) + ", "
-         + shape_to_string(shape_) + ", " + device().to_string() + ")";
+         + shape_to_string(shape_) + ", " + device().toString() + ")";
 }
 
 } // namespace actorpipe

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/device.h>  // the one Device, also the pipes'
+
 namespace actorpipe {
 
 enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
@@ -32,22 +34,6 @@ template <> constexpr DType dtype_of<double>() { return DType::float64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::int32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::int64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::uint8; }
-
-enum class DeviceType : std::uint8_t { cpu, cuda };
-
-struct Device {
-  DeviceType type = DeviceType::cpu;
-  int index = 0;
-
-  static Device cpu() { return {DeviceType::cpu, 0}; }
-  static Device cuda(int index) { return {DeviceType::cuda, index}; }
-  bool is_cpu() const { return type == DeviceType::cpu; }
-  std::string to_string() const;
-  friend bool operator==(const Device& a, const Device& b) {
-    return a.type == b.type && a.index == b.index;
-  }
-  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
-};
 
 // A block of device memory, shared by every tensor that views it. Not
 // copyable: storage is only ever shared through std::shared_ptr.

@@ -3,7 +3,6 @@
 // code unchanged; the only difference from TensorPipe is the include. What
 // lies around the blocks is glue: main(), a fork, and the `LOG` macro the
 // document takes from glog.
-#include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/compat/tensorpipe.h>  // was: #include <tensorpipe/tensorpipe.h>
 
 #include <sys/wait.h>

@@ -1,4 +1,7 @@
 #pragma once
+// One Device for the whole library: pipes' buffers and descriptors, and the
+// actors' Tensor storage. Its type is a string ("cpu", "cuda") because that
+// is TensorPipe's API and the wire's spelling.
 #include <string>
 
 namespace actorpipe {
@@ -12,6 +15,9 @@ struct Device {
 
   Device() = default;
   Device(std::string type, int index) : type(std::move(type)), index(index) {}
+  static Device cpu(int index = 0) { return Device(kCpuDeviceType, index); }
+  static Device cuda(int index) { return Device(kCudaDeviceType, index); }
+  bool isCpu() const { return type == kCpuDeviceType; }
 
   // "cpu:0", "cuda:1": also the spelling used on the wire.
   std::string toString() const;

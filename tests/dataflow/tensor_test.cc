@@ -1,9 +1,12 @@
 #include <actorpipe/actors/dataflow/channel.h>
+#include <actorpipe/actors/group/tree.h>
 #include <actorpipe/actors/tensor.h>
+#include <actorpipe/runtime/message.h>
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <type_traits>
 
 using actorpipe::Device;
 using actorpipe::DType;
@@ -70,4 +73,19 @@ TEST_CASE("tensor: moves through a channel without copying its data") {
   REQUIRE(received.item);
   CHECK(received.item->raw_data() == bytes);
   CHECK(received.item->storage().get() == storage);
+}
+
+// Before, actors/tensor.h defined a Device of its own: with runtime/message.h
+// or group/tree.h in the same file (as here) it did not compile, and split
+// over two files it broke the One Definition Rule inside the library.
+TEST_CASE("tensor: one Device for tensors, pipes and groups") {
+  static_assert(std::is_same_v<decltype(Tensor().device()), actorpipe::Device>);
+  static_assert(std::is_same_v<decltype(actorpipe::Descriptor::Tensor().sourceDevice), actorpipe::Device>);
+  auto t = Tensor::zeros({4}, DType::int32);
+  CHECK(t.device().toString() == "cpu:0");
+  CHECK(t.device() == actorpipe::Device{actorpipe::kCpuDeviceType, 0});
+  CHECK(t.device().isCpu());
+  CHECK(!Device::cuda(1).isCpu());
+  actorpipe::group::Tensor g;
+  CHECK(g.device == t.device());
 }
