@@ -120,6 +120,9 @@ TEST_CASE("actors: write_then parks on a full channel instead of blocking") {
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (output.size() < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
+  // Time for the writer to reach its third write (and park, not block). A
+  // slower machine cannot fail the checks below, only make them less
+  // sensitive.
   std::this_thread::sleep_for(20ms);
   CHECK(output.size() == 2);
   // The writer is parked, not blocking: the only scheduler thread still works.
@@ -144,6 +147,9 @@ TEST_CASE("actors: an item for a reader that vanished goes back to the channel")
       read_then(self, channel, [](ReadResult<int>) {});
       return {[](int) {}};
     });
+    // Time to park the read, then to end the actor. A slower machine cannot
+    // fail this: an item for a reader that never parked, or that is killed
+    // before its delivery runs, stays in (or goes back to) the channel too.
     std::this_thread::sleep_for(10ms);
     caf::anon_send_exit(reader, caf::exit_reason::kill);
     reader = nullptr;
@@ -164,6 +170,8 @@ TEST_CASE("actors: a parked read never holds up actor system shutdown") {
       read_then(self, never_written, [](ReadResult<int>) {});
       return {[](int) {}};
     });
+    // Time to park the read. A slower machine cannot fail this, only leave
+    // the read unparked (then the shutdown is trivially quick).
     std::this_thread::sleep_for(10ms);
   } // would hang here if the channel kept the actor alive
   CHECK(never_written.status() == Status::open);
@@ -182,6 +190,8 @@ TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
       });
       return {[](int) {}};
     }));
+  // Time for the reads to park. A slower machine cannot fail this: a read
+  // that comes after close() is answered DRAINED at once.
   std::this_thread::sleep_for(20ms);
   channel.close();
   for (int i = 0; i < 5; ++i) {
@@ -203,6 +213,9 @@ TEST_CASE("actors: a parked write is refused when the channel closes") {
     });
     return {[](int) {}};
   });
+  // Time for the write to park. A slower machine cannot fail this: the
+  // check is that nothing was answered yet, and a write that comes after
+  // close() is refused all the same.
   std::this_thread::sleep_for(20ms);
   CHECK(outcome.try_read().status == Status::empty); // still parked
   full.close();

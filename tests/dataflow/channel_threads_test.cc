@@ -45,6 +45,9 @@ TEST_CASE("channel: ten blocked readers are released by close") {
       if (channel.read().status == Status::drained)
         ++drained;
     });
+  // Time for the readers to block. A slower machine cannot fail this: the
+  // check is that nothing was released, and a reader that has not blocked
+  // by close() still reads DRAINED.
   std::this_thread::sleep_for(50ms);
   CHECK(drained.load() == 0);
   channel.close();
@@ -63,6 +66,8 @@ TEST_CASE("channel: close releases blocked writers of a full channel") {
       if (channel.write(i) == Status::closed)
         ++refused;
     });
+  // Time for the writers to block. A slower machine cannot fail this: a
+  // writer that has not blocked by close() is refused all the same.
   std::this_thread::sleep_for(30ms);
   channel.close();
   for (auto& writer : writers)
@@ -193,6 +198,8 @@ TEST_CASE("channel: a bounded channel holds back a fast producer") {
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (written.load() < 4 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
+  // A chance for a fifth write to get through. A slower machine cannot fail
+  // the check below, only make it less sensitive.
   std::this_thread::sleep_for(30ms);
   // The producer is stuck on its fifth write: memory stays bounded.
   CHECK(written.load() == 4);

@@ -21,6 +21,8 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
     CHECK(!recvFrame(fd).empty());  // the hello
     std::string w = welcomeFrame();
     sendAll(fd, w.substr(0, w.size() / 2));
+    // Time for the half frame to be read before the reset. A slower machine cannot fail this: a reset that comes first fails the
+    // pipe all the same; only the case tested is then a weaker one.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     resetClose(fd);
     error = readSync(*pipe, std::chrono::seconds(15)).error;
@@ -36,6 +38,7 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
     m.descriptor.payloads.push_back({1000, "payload"});
     std::string f = frame(wire::FrameType::kMessage, wire::encode(m));
     sendAll(fd, f.substr(0, f.size() / 2));
+    // As above: a reset that comes first fails the pipe all the same.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     resetClose(fd);
     error = readSync(*pipe, std::chrono::seconds(15)).error;
@@ -54,6 +57,8 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
     big.tensors.push_back(std::vector<uint8_t>(32u << 20, 1));
     auto written = std::make_shared<std::promise<Error>>();
     pipe->write(messageOver(big, "big"), [written](const Error& e) { written->set_value(e); });
+    // Time for the write to start. As above: a reset that comes first fails
+    // the pipe (and the write) all the same.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     resetClose(fd);
     error = readSync(*pipe, std::chrono::seconds(15)).error;
@@ -66,6 +71,8 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
     int fd = rawConnect(listener->url("tcp"));
     std::string hello = frame(wire::FrameType::kHello, wire::encode(wire::Hello{"raw", {}, {}}));
     sendAll(fd, hello.substr(0, hello.size() / 2));
+    // Time for the listener to read the half hello. A slower machine cannot
+    // fail this: a reset that comes first leaves the listener undisturbed too.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     resetClose(fd);
     // The listener is undisturbed: the next client gets through.

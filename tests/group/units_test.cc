@@ -321,7 +321,9 @@ TEST_CASE("host arena: interrupt() wakes a rank that sleeps in a wait") {
   ArenaPair pair = arenaPair(smallArena());
   std::vector<int64_t> values(10, 1);
   std::thread failer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // long past the spin
+    // Long past the spin. A slower machine cannot fail this: an interrupt
+    // that comes before the wait (or before the call) ends it all the same.
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
     pair.first->interrupt();
   });
   const auto start = ArenaClock::now();

@@ -138,10 +138,13 @@ TEST_CASE("a transport whose actor dies fails its pipes; the context stays usabl
   REQUIRE(!r.error);
   CHECK(r.storage.payloads[0] == s.payloads[0]);
   Error refused;
-  for (int i = 0; i < 100; ++i) {  // the supervisor hears of the death asynchronously
+  // The supervisor hears of the death asynchronously: try until it has, with
+  // a deadline (not a count of tries) that only fails a test that would hang.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
     auto again = client->connect(listener2->url("tcp2"));
     refused = writeSync(*again, Message());
-    if (refused.isOfType<BackendDownError>()) break;
+    if (refused.isOfType<BackendDownError>() || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(refused.isOfType<BackendDownError>());

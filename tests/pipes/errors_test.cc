@@ -240,6 +240,8 @@ TEST_CASE("malformed frames from a server are protocol errors") {
       a.payloads.push_back({buffer.data()});
       pipe->read(a, [&](const Error& e) { done.set_value(e); });
     });
+    // Time for the read to be pending. A slower machine cannot fail this:
+    // the 10 bytes sent come before the hang-up whenever the read starts.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ::close(fd);
     auto f = done.get_future();
@@ -366,6 +368,8 @@ TEST_CASE("Context::close and join: every pending callback fires once, none afte
   server->join();
   CHECK(acceptFired == 1);
   int before = fired;
+  // A chance for a late callback. A slower machine cannot fail this check
+  // of nothing happening, only make it less sensitive.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(fired == before);
   // After join, operations fail at once instead of hanging.
@@ -393,7 +397,9 @@ TEST_CASE("data written just before the peer exits is still delivered (tcp)") {
   auto context = makeContext("client");
   auto pipe = context->connect(url);
   REQUIRE(child.wait() == 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the EOF arrives before we read
+  // The EOF arrives before we read. A slower machine cannot fail this: the
+  // data comes first whenever the EOF is seen.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   Received r = readSync(*pipe);
   REQUIRE_MESSAGE(!r.error, r.error.what());
   CHECK(r.descriptor.metadata == "last words");
