@@ -278,7 +278,7 @@ TEST_CASE("silent tcp connections are dropped after the handshake timeout, with 
       longest = std::chrono::duration<double>(Clock::now() - start).count();
       ::close(fd);
     }
-    MESSAGE("40 silent tcp connections" << (secret.empty() ? "" : " (secret set)") << " dropped after "
+    MESSAGE("40 silent tcp connections" << std::string(secret.empty() ? "" : " (secret set)") << " dropped after "
                                         << longest << " s (handshake timeout 2 s)");
     CHECK(longest > 1.5);
     CHECK(longest < 10);
