@@ -91,7 +91,7 @@ void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
   int fds[2] = {-1, -1};
   Error error;
   for (int& fd : fds) {
-    fd = ::memfd_create("actorpipe-shm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    fd = createMemfd("actorpipe-shm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(kRingHeaderSize + ringSize)) != 0) {
       error = systemError("memfd_create/ftruncate");
       break;

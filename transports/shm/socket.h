@@ -25,10 +25,14 @@ ssize_t recvWithFds(int socket, void* data, size_t length, int* fds, int& count)
 // in the network namespace).
 std::string hostIdentity();
 
-// Closes a descriptor that memfd_create made. ThreadSanitizer does not
-// intercept memfd_create, so it takes the new descriptor for the last one of
-// that number (another thread's closed socket) and reports our close as a
-// race with that thread; tests/sanitizers/tsan.supp names this function.
+// memfd_create, and the close of what it made. ThreadSanitizer does not
+// intercept memfd_create, so it takes a new memfd for the last descriptor of
+// that number (often a socket another loop thread closed) and reports every
+// use of it (fstat, mmap, close) as a race with that thread. In TSan builds
+// createMemfd therefore reopens the memfd through /proc/self/fd (an open()
+// TSan sees) and closes the original with closeMemfd, which
+// tests/sanitizers/tsan.supp names. Other builds use the memfd as made.
+int createMemfd(const char* name, unsigned flags);
 void closeMemfd(int fd);
 
 } // namespace actorpipe::transport::shm
