@@ -1,6 +1,7 @@
 #include <actorpipe/channels/detail/pull_endpoint.h>
 
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -10,7 +11,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -37,43 +41,61 @@ constexpr size_t kSplitAbove = size_t{4} << 20;
 
 class CopyHelper {
  public:
-  // One per process, living for the process (no join at exit). A forked
-  // child has the parent's object but not its thread: it makes its own.
+  // One per process, never destroyed (its thread may outlive main).
   static CopyHelper& instance() {
-    static std::mutex mutex;
-    static CopyHelper* helper = nullptr;
-    std::lock_guard<std::mutex> guard(mutex);
-    if (helper == nullptr || helper->pid_ != ::getpid()) helper = new CopyHelper();
+    static CopyHelper* helper = new CopyHelper();
     return *helper;
   }
-  // Runs `job` on the helper thread; `done` is set when it finished.
+  // Runs `job` on the helper thread, starting it if it has retired.
   void run(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      jobs_.push_back(std::move(job));
+    std::lock_guard<std::mutex> guard(mutex_);
+    jobs_.push_back(std::move(job));
+    if (!running_) {
+      running_ = true;
+      std::thread([this] { serve(); }).detach();
+    } else {
+      ready_.notify_one();
     }
-    ready_.notify_one();
   }
 
  private:
+  // The thread retires when idle, so that a process that copied a large
+  // tensor once does not keep a thread: one that forks later (a test, a
+  // launcher) then forks with no thread but its own, and its child starts
+  // clean. Fork handlers keep the state consistent when a fork happens
+  // anyway: the child has no helper thread and no jobs (those belonged to
+  // the parent's threads).
+  static constexpr std::chrono::milliseconds kIdle{200};
+
   CopyHelper() {
-    std::thread([this] {
-      for (;;) {
-        std::function<void()> job;
-        {
-          std::unique_lock<std::mutex> lock(mutex_);
-          ready_.wait(lock, [this] { return !jobs_.empty(); });
-          job = std::move(jobs_.front());
-          jobs_.pop_front();
-        }
-        job();
-      }
-    }).detach();
+    ::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                     [] {
+                       CopyHelper& self = instance();
+                       self.jobs_.clear();
+                       self.running_ = false;
+                       new (&self.ready_) std::condition_variable();  // its waiter is gone
+                       self.mutex_.unlock();
+                     });
   }
-  pid_t pid_{::getpid()};
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      if (!ready_.wait_for(lock, kIdle, [this] { return !jobs_.empty(); })) {
+        running_ = false;
+        return;
+      }
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> jobs_;
+  bool running_{false};
 };
 
 // Only where this thread may run on more than one CPU: a process pinned to

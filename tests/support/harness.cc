@@ -5,7 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <execinfo.h>
+#include <sys/syscall.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include <atomic>
 #include <cstdio>
@@ -29,6 +35,20 @@ std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions opt
 
 namespace {
 
+// The first `limit` bytes of a /proc file, trailing newline dropped.
+std::string readSmallFile(const std::string& path, size_t limit = 256) {
+  std::string out;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[512];
+    size_t n;
+    while (out.size() < limit && (n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    std::fclose(f);
+  }
+  if (out.size() > limit) out.resize(limit);
+  if (!out.empty() && out.back() == '\n' && limit <= 256) out.pop_back();
+  return out;
+}
+
 // In a child, a crash prints where it happened (doctest's own handler would
 // report it as if the parent's test case had crashed).
 void crashHandler(int signal) {
@@ -38,6 +58,66 @@ void crashHandler(int signal) {
   ::backtrace_symbols_fd(frames, n, 2);
   ::signal(signal, SIG_DFL);
   ::raise(signal);
+}
+
+// The names of this process's threads but the caller's ("" when none).
+std::string otherThreads() {
+  std::string names;
+  const std::string self = std::to_string(::syscall(SYS_gettid));
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.' || self == e->d_name) continue;
+      std::string comm = readSmallFile(std::string("/proc/self/task/") + e->d_name + "/comm");
+      names += (names.empty() ? "" : ", ") + std::string(e->d_name) + " " + comm;
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+// A fork copies every lock that another thread holds at that instant into a
+// child with no thread to release it (and GCC 12's TSan runtime does not
+// lock its own allocator around fork). So a child is forked only once this
+// process runs no other thread: the previous test's loop threads end as its
+// contexts are joined, and the cma/xth copy helper retires after 200 ms
+// idle. A test that keeps a context alive across a spawn forks anyway,
+// after the wait, and says so.
+void waitUntilSingleThreaded() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::string others;
+  while (!(others = otherThreads()).empty()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "harness: forking a child while this process still runs threads: %s\n",
+                   others.c_str());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// What a child that stopped answering is doing, from the kernel's view of
+// each of its threads (and gdb's, where gdb is installed): a hang in a
+// test's child is then diagnosed from the CI log alone.
+void describeStuckChild(pid_t pid) {
+  std::fprintf(stderr, "harness: child %d sent nothing in time; its threads:\n", pid);
+  const std::string base = "/proc/" + std::to_string(pid) + "/task";
+  if (DIR* d = ::opendir(base.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string task = base + "/" + e->d_name;
+      std::fprintf(stderr, "  thread %s %s: wchan %s, syscall %s\n%s", e->d_name,
+                   readSmallFile(task + "/comm").c_str(), readSmallFile(task + "/wchan").c_str(),
+                   readSmallFile(task + "/syscall").c_str(), readSmallFile(task + "/stack", 4096).c_str());
+    }
+    ::closedir(d);
+  }
+  if (::access("/usr/bin/gdb", X_OK) == 0) {
+    const std::string command =
+        "/usr/bin/gdb -p " + std::to_string(pid) + " -batch -ex 'thread apply all bt' 2>&1 | tail -n 200 >&2";
+    std::fflush(stderr);
+    (void)!std::system(command.c_str());
+  }
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -57,6 +137,7 @@ Child Child::spawn(Body body, std::chrono::seconds lifetime) {
   if (::pipe(fds) != 0) std::abort();
   std::fflush(stdout);
   std::fflush(stderr);
+  waitUntilSingleThreaded();
   pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
@@ -112,9 +193,16 @@ std::string Child::receive(std::chrono::milliseconds timeout) {
       return line;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return "";
     pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      siginfo_t info{};
+      // WNOWAIT: look without reaping, so that wait() still gets the status.
+      if (!reaped_ && ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == 0) {
+        describeStuckChild(pid_);
+      }
+      return "";
+    }
     char buf[256];
     ssize_t n = ::read(fd_, buf, sizeof(buf));
     if (n <= 0) return "";
