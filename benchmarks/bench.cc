@@ -68,7 +68,7 @@ void usage() {
       "  --channel NAME       basic, mpt, cma, xth (basic stays registered as fallback) [basic]\n"
       "  --in-process         server in this process (another Context), not forked\n"
       "  --idle SECONDS       instead: CPU used by both processes while 8 pipes and a\n"
-      "                       listener sit idle (shm and tcp), in % of one core\n"
+      "                       listener sit idle (shm and tcp), in %% of one core\n"
       "  --lanes N            mpt lanes                             [2]\n"
       "  --listen ADDRESS     address the server binds [127.0.0.1; for shm, autobind]\n"
       "  --metadata-size N    bytes of metadata per message         [8]\n"

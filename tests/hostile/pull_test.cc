@@ -68,7 +68,7 @@ Victim spawnVictim(std::vector<std::string> urls, std::string scheme, int pipes)
     }
     return 0;
   });
-  Victim v{std::move(child)};
+  Victim v{std::move(child), {}, {}, {}, {}};
   v.url = v.child.receive();
   v.xthDomain = v.child.receive();
   v.cmaDomain = v.child.receive();
