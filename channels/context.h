@@ -18,6 +18,12 @@ class Loop;
 
 namespace actorpipe::channel {
 
+// TensorPipe spells the channel-level kinds under channel::; here they are
+// actorpipe's own types.
+using ContextClosedError = ::actorpipe::ContextClosedError;
+using ChannelClosedError = ::actorpipe::ChannelClosedError;
+using ContextNotViableError = ::actorpipe::ContextNotViableError;
+
 // One end of an out-of-band channel inside one pipe: an ordered stream of
 // buffers to the other end. The pipe calls it from its loop thread, in
 // message order; callbacks may come from any thread.

@@ -1,9 +1,14 @@
 #pragma once
 // Source compatibility with TensorPipe: code written against
 // <tensorpipe/tensorpipe.h> builds against actorpipe with only its include
-// changed to this header. Like TensorPipe's umbrella header it brings every
-// transport and channel (TensorPipe's CUDA channels only with CUDA; actorpipe
-// has none yet).
+// changed to this header, or unchanged when compat/ is on the include path
+// (CMake target actorpipe::tensorpipe: <tensorpipe/tensorpipe.h>,
+// <tensorpipe/core/pipe.h>, <tensorpipe/config.h>, ... exist there). Like
+// TensorPipe's umbrella header it brings every transport and channel and
+// TensorPipe's TENSORPIPE_HAS_* macros (its CUDA channels only with CUDA;
+// actorpipe has none yet).
+#include <actorpipe/compat/tensorpipe/config.h>
+
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
@@ -13,8 +18,14 @@
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/message.h>
 #include <actorpipe/runtime/pipe.h>
+#include <actorpipe/runtime/buffer.h>
+#include <actorpipe/runtime/optional.h>
+#include <actorpipe/transports/ibv/error.h>
 #include <actorpipe/transports/ibv/factory.h>
+#include <actorpipe/transports/ibv/utility.h>
 #include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/error.h>
 #include <actorpipe/transports/uv/factory.h>
+#include <actorpipe/transports/uv/utility.h>
 
-namespace tensorpipe = actorpipe;
+#include <actorpipe/compat/tensorpipe/detail/namespace.h>

@@ -1,9 +1,9 @@
 // The code of "Introduction to tensorpipe" (the user's seed document), run
 // as two processes. Each block between "seed:" markers is the document's
-// code unchanged; the only difference from TensorPipe is the include. What
-// lies around the blocks is glue: main(), a fork, and the `LOG` macro the
-// document takes from glog.
-#include <actorpipe/compat/tensorpipe.h>  // was: #include <tensorpipe/tensorpipe.h>
+// code unchanged, and so is the include: linked with actorpipe::tensorpipe,
+// TensorPipe's header paths are actorpipe's. What lies around the blocks is
+// glue: main(), a fork, and the `LOG` macro the document takes from glog.
+#include <tensorpipe/tensorpipe.h>
 
 #include <sys/wait.h>
 #include <unistd.h>

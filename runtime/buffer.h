@@ -35,16 +35,27 @@ class Buffer {
   /* implicit */ Buffer(TBuffer buffer)
       : impl_(std::make_shared<Model<TBuffer>>(std::move(buffer))) {}
 
-  // The concrete buffer; throws std::bad_cast when it holds another kind.
+  // The concrete buffer; throws std::runtime_error when it holds another
+  // kind, as TensorPipe's does. A Buffer is a value, as in TensorPipe: a
+  // copy changed through unwrap() leaves the original as it was.
   template <typename TBuffer>
   TBuffer& unwrap() {
-    return const_cast<TBuffer&>(static_cast<const Buffer&>(*this).unwrap<TBuffer>());
+    auto* model = dynamic_cast<Model<TBuffer>*>(impl_.get());
+    if (model == nullptr) {
+      throw std::runtime_error("Invalid unwrapping of tensorpipe::Buffer");
+    }
+    if (impl_.use_count() > 1) {  // shared with a copy: take our own first
+      auto own = std::make_shared<Model<TBuffer>>(model->buffer);
+      model = own.get();
+      impl_ = std::move(own);
+    }
+    return model->buffer;
   }
   template <typename TBuffer>
   const TBuffer& unwrap() const {
     auto* model = dynamic_cast<const Model<TBuffer>*>(impl_.get());
     if (model == nullptr) {
-      throw std::bad_cast();
+      throw std::runtime_error("Invalid unwrapping of tensorpipe::Buffer");
     }
     return model->buffer;
   }
@@ -66,9 +77,9 @@ class Buffer {
     Device device() const override { return buffer.getDevice(); }
     TBuffer buffer;
   };
-  // Shared: a Buffer is a small handle and copying it must stay cheap, since
-  // Messages travel by value through actor mailboxes.
-  std::shared_ptr<const Concept> impl_;
+  // Shared until written through unwrap(): copying a Buffer must stay cheap,
+  // since Messages travel by value through actor mailboxes.
+  std::shared_ptr<Concept> impl_;
 };
 
 } // namespace actorpipe

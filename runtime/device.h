@@ -2,7 +2,10 @@
 // One Device for the whole library: pipes' buffers and descriptors, and the
 // actors' Tensor storage. Its type is a string ("cpu", "cuda") because that
 // is TensorPipe's API and the wire's spelling.
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 
 namespace actorpipe {
 
@@ -32,3 +35,21 @@ struct Device {
 };
 
 } // namespace actorpipe
+
+// As in TensorPipe: Devices, and pairs of them (device maps), as keys of
+// unordered containers.
+namespace std {
+template <>
+struct hash<::actorpipe::Device> {
+  size_t operator()(const ::actorpipe::Device& device) const noexcept {
+    return hash<string>{}(device.type) * 31 + hash<int>{}(device.index);
+  }
+};
+template <>
+struct hash<pair<::actorpipe::Device, ::actorpipe::Device>> {
+  size_t operator()(const pair<::actorpipe::Device, ::actorpipe::Device>& p) const noexcept {
+    const hash<::actorpipe::Device> h;
+    return h(p.first) * 1000003 ^ h(p.second);
+  }
+};
+}  // namespace std

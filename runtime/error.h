@@ -1,6 +1,8 @@
 #pragma once
 // Errors travel by value through callbacks. An empty Error means success;
 // `isOfType<T>()` tells the kinds apart, `what()` explains in words.
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 
@@ -20,7 +22,9 @@ class Error final {
 
   static const Error kSuccess;
 
-  explicit operator bool() const { return static_cast<bool>(error_); }
+  // Implicit, as in TensorPipe: `if (error)`, and code ported from it that
+  // returns or stores an Error as a bool, compile unchanged.
+  operator bool() const { return static_cast<bool>(error_); }
 
   template <typename T>
   std::shared_ptr<T> castToType() const {
@@ -76,8 +80,53 @@ class EOFError final : public BaseError {
   std::string what() const override { return "eof: the peer closed the connection"; }
 };
 
-// A system call failed; `errorCode()` is its errno.
-class SystemError final : public BaseError {
+// A connection or a channel this side closed (TensorPipe's names; the pipe
+// reports its own close as PipeClosedError).
+class ConnectionClosedError final : public BaseError {
+ public:
+  std::string what() const override { return "connection closed"; }
+};
+class ChannelClosedError final : public BaseError {
+ public:
+  std::string what() const override { return "channel closed"; }
+};
+
+// A backend that cannot work on this host (TensorPipe's name). actorpipe's
+// Context skips such backends when it negotiates instead of failing with it.
+class ContextNotViableError final : public BaseError {
+ public:
+  std::string what() const override { return "context not viable"; }
+};
+
+// TensorPipe's kinds for a read or write that moved fewer bytes than asked.
+// actorpipe's transports retry partial transfers, so these are never raised
+// here; they exist so that TensorPipe users' isOfType checks compile.
+class ShortReadError final : public BaseError {
+ public:
+  ShortReadError(ssize_t expected, ssize_t actual) : expected_(expected), actual_(actual) {}
+  std::string what() const override {
+    return "short read: got " + std::to_string(actual_) + " bytes while expecting to read " +
+           std::to_string(expected_) + " bytes";
+  }
+ private:
+  ssize_t expected_;
+  ssize_t actual_;
+};
+class ShortWriteError final : public BaseError {
+ public:
+  ShortWriteError(ssize_t expected, ssize_t actual) : expected_(expected), actual_(actual) {}
+  std::string what() const override {
+    return "short write: wrote " + std::to_string(actual_) + " bytes while expecting to write " +
+           std::to_string(expected_) + " bytes";
+  }
+ private:
+  ssize_t expected_;
+  ssize_t actual_;
+};
+
+// A system call failed; `errorCode()` is its errno. Not final: a backend's
+// own kind of system error (uv's UVError) is still a SystemError.
+class SystemError : public BaseError {
  public:
   SystemError(std::string syscall, int error) : syscall_(std::move(syscall)), error_(error) {}
   std::string what() const override;

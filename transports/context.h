@@ -19,6 +19,28 @@ class Loop;
 
 namespace actorpipe::transport {
 
+// TensorPipe spells the transport-level kinds under transport::. They are
+// the same types as actorpipe's, so `isOfType<transport::EOFError>()` holds
+// for the EOF that a pipe reports when its peer hangs up.
+using EOFError = ::actorpipe::EOFError;
+using ListenerClosedError = ::actorpipe::ListenerClosedError;
+using ConnectionClosedError = ::actorpipe::ConnectionClosedError;
+using ContextClosedError = ::actorpipe::ContextClosedError;
+using ContextNotViableError = ::actorpipe::ContextNotViableError;
+
+// No interface, or no usable address on it, for the address lookups
+// (uv/utility.h, ibv/utility.h; TensorPipe names it uv:: and ibv::).
+class NoAddrFoundError final : public BaseError {
+ public:
+  NoAddrFoundError() = default;
+  explicit NoAddrFoundError(std::string where) : where_(std::move(where)) {}
+  std::string what() const override {
+    return where_.empty() ? "no address found" : "no address found: " + where_;
+  }
+ private:
+  std::string where_;
+};
+
 struct Slice {
   const void* ptr;
   size_t length;
@@ -80,6 +102,10 @@ class Context {
   virtual bool isViable() const = 0;
   // Two contexts can connect when their domain descriptors are equal.
   virtual const std::string& domainDescriptor() const = 0;
+  // TensorPipe's question for the same rule, asked with the peer's descriptor.
+  virtual bool canCommunicateWithRemote(const std::string& remoteDomainDescriptor) const {
+    return remoteDomainDescriptor == domainDescriptor();
+  }
   virtual void setId(std::string id) = 0;
   // Whether its connections can name the peer process (Connection::peerProcess).
   virtual bool knowsPeerProcess() const { return false; }

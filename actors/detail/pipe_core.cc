@@ -11,6 +11,7 @@
 #include <actorpipe/actors/detail/pipe_core.h>
 
 #include <algorithm>
+#include <utility>
 
 #include <caf/actor_companion.hpp>
 #include <caf/actor_system.hpp>
@@ -261,7 +262,7 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame,
     }
     const void* ptr = nullptr;
     if (device.type == kCpuDeviceType && !t.buffer.empty()) {
-      ptr = t.buffer.unwrap<CpuBuffer>().ptr;
+      ptr = std::as_const(t.buffer).unwrap<CpuBuffer>().ptr;
     }
     if (t.length > 0 && ptr == nullptr) {
       return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " has a length but no memory");
@@ -480,7 +481,7 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     if (d.tensors[i].length > 0) {
       const auto& route = frame_.routes[i];
-      regions.push_back({allocation.tensors[i].buffer.unwrap<CpuBuffer>().ptr, d.tensors[i].length,
+      regions.push_back({std::as_const(allocation.tensors[i].buffer).unwrap<CpuBuffer>().ptr, d.tensors[i].length,
                          route.inlineData ? nullptr : endpointFor(route.channel),
                          &route.channelDescriptor});
     }

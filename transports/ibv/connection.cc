@@ -1,6 +1,7 @@
 #include <actorpipe/transports/ibv/connection.h>
 
 #include <actorpipe/transports/detail/in_loop.h>
+#include <actorpipe/transports/ibv/error.h>
 
 #include <cerrno>
 #include <cstring>
@@ -169,8 +170,7 @@ bool IbvConnection::pollCompletions() {
     progress = true;
     for (int i = 0; i < n; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        closeInLoop(ACTORPIPE_ERROR(SystemError, std::string("ibv completion: ") + ibv_wc_status_str(wc[i].status),
-                                    EIO));
+        closeInLoop(ACTORPIPE_ERROR(IbvError, std::string("completion: ") + ibv_wc_status_str(wc[i].status)));
         return true;
       }
       if (wc[i].opcode == IBV_WC_RECV) {

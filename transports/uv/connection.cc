@@ -1,6 +1,7 @@
 #include <actorpipe/transports/uv/connection.h>
 
 #include <actorpipe/transports/detail/in_loop.h>
+#include <actorpipe/transports/uv/error.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,7 +20,7 @@ Error uvError(const char* what, int status) {
   if (status == UV_EOF) {
     return ACTORPIPE_ERROR(EOFError);
   }
-  return ACTORPIPE_ERROR(SystemError, what, -status);
+  return ACTORPIPE_ERROR(UVError, what, status);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <actorpipe/transports/detail/loop_holder.h>
 #include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/uv/connection.h>
+#include <actorpipe/transports/uv/error.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
 namespace actorpipe::transport::uv {
@@ -140,7 +141,7 @@ void UvListener::bind(const SockAddr& addr) {
     rc = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), 1024, &UvListener::onConnection);
   }
   if (rc != 0) {
-    failInLoop(ACTORPIPE_ERROR(SystemError, "bind/listen on " + formatAddress(addr.get()), -rc));
+    failInLoop(ACTORPIPE_ERROR(UVError, "bind/listen on " + formatAddress(addr.get()), rc));
     return;
   }
   sockaddr_storage local{};

@@ -1,20 +1,35 @@
-// Sends one message to itself through an installed actorpipe.
+// Sends one message to itself through an installed actorpipe. Built twice:
+// as actorpipe code (actorpipe::actorpipe, over tcp), and with
+// TENSORPIPE_PATHS as TensorPipe code with its includes unchanged
+// (actorpipe::tensorpipe, over shm).
 #include <cstdio>
 #include <future>
 #include <string>
 
+#ifdef TENSORPIPE_PATHS
+#include <tensorpipe/config.h>
+#include <tensorpipe/tensorpipe.h>
+#if !TENSORPIPE_HAS_SHM_TRANSPORT || !TENSORPIPE_HAS_CMA_CHANNEL
+#error "TensorPipe's configuration macros are missing"
+#endif
+const char* const kScheme = "shm";
+#else
 #include <actorpipe/compat/tensorpipe.h>
+const char* const kScheme = "tcp";
+#endif
 
 int main() {
   auto context = std::make_shared<tensorpipe::Context>();
   context->registerTransport(0, "tcp", tensorpipe::transport::uv::create());
+  context->registerTransport(10, "shm", tensorpipe::transport::shm::create());
   context->registerChannel(0, "basic", tensorpipe::channel::basic::create());
-  auto listener = context->listen({"tcp://127.0.0.1:0"});
+  context->registerChannel(10, "cma", tensorpipe::channel::cma::create());
+  auto listener = context->listen({std::string(kScheme) == "shm" ? "shm://" : "tcp://127.0.0.1:0"});
   std::promise<std::shared_ptr<tensorpipe::Pipe>> accepted;
   listener->accept([&](const tensorpipe::Error& e, std::shared_ptr<tensorpipe::Pipe> p) {
     accepted.set_value(e ? nullptr : p);
   });
-  auto client = context->connect(listener->url("tcp"));
+  auto client = context->connect(listener->url(kScheme));
   auto server = accepted.get_future().get();
   if (!server) return 1;
   std::string text = "hello from an installed actorpipe";

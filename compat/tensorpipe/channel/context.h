@@ -1,0 +1,4 @@
+#pragma once
+// TensorPipe's <tensorpipe/channel/context.h>: actorpipe's own header under that path.
+#include <actorpipe/channels/context.h>
+#include <actorpipe/compat/tensorpipe/detail/namespace.h>

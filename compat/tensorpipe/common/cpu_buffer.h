@@ -1,0 +1,4 @@
+#pragma once
+// TensorPipe's <tensorpipe/common/cpu_buffer.h>: actorpipe's own header under that path.
+#include <actorpipe/runtime/buffer.h>
+#include <actorpipe/compat/tensorpipe/detail/namespace.h>

@@ -1,0 +1,4 @@
+#pragma once
+// TensorPipe's <tensorpipe/common/error.h>: actorpipe's own header under that path.
+#include <actorpipe/runtime/error.h>
+#include <actorpipe/compat/tensorpipe/detail/namespace.h>
