@@ -33,16 +33,6 @@ std::unique_ptr<caf::actor_system_config> makeConfig() {
 
 }  // namespace
 
-bool splitUrl(const std::string& url, std::string& scheme, std::string& address) {
-  auto pos = url.find("://");
-  if (pos == std::string::npos || pos == 0) {
-    return false;
-  }
-  scheme = url.substr(0, pos);
-  address = url.substr(pos + 3);
-  return true;
-}
-
 ContextCore::ContextCore(ContextOptions options) : options_(std::move(options)) {
   // A write to a socket whose peer died must be an error, not a signal that
   // kills the process.

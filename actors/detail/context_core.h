@@ -104,7 +104,4 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   std::vector<std::weak_ptr<ListenerCore>> listeners_;
 };
 
-// "tcp://127.0.0.1:80" -> ("tcp", "127.0.0.1:80"); false without "://".
-bool splitUrl(const std::string& url, std::string& scheme, std::string& address);
-
 } // namespace actorpipe::detail

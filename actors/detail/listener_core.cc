@@ -16,6 +16,7 @@
 #include <actorpipe/actors/detail/pipe_core.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/pipe.h>
+#include <actorpipe/runtime/detail/url.h>
 
 namespace actorpipe::detail {
 struct PendingSlot;

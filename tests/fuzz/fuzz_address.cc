@@ -9,9 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
-#include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/runtime/detail/url.h>
 #include <actorpipe/transports/shm/socket.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 

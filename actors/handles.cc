@@ -1,10 +1,17 @@
-#include <actorpipe/runtime/context.h>
+// The public handles of runtime/ (Context, Listener, Pipe) forward every
+// call to their actors' cores (actors/detail/). They are defined here, not
+// in runtime/, so that runtime/ stays the bottom layer: it names the
+// vocabulary that transports, channels and actors use, and includes nothing
+// above it (docs/architecture.md, "Layers"; tests/layers/check.sh).
+#include <stdexcept>
 
 #include <actorpipe/actors/detail/context_core.h>
 #include <actorpipe/actors/detail/listener_core.h>
 #include <actorpipe/actors/detail/pipe_core.h>
+#include <actorpipe/runtime/context.h>
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/pipe.h>
+#include <actorpipe/runtime/detail/url.h>
 
 namespace actorpipe {
 
@@ -57,5 +64,52 @@ void Context::setId(std::string id) { core_->setId(std::move(id)); }
 void Context::close() { core_->close(); }
 
 void Context::join() { core_->join(); }
+
+// ---
+
+Listener::Listener(std::shared_ptr<detail::ListenerCore> core) : core_(std::move(core)) {}
+
+Listener::~Listener() { close(); }
+
+void Listener::accept(accept_callback_fn fn) { core_->accept(std::move(fn)); }
+
+const std::map<std::string, std::string>& Listener::addresses() const { return core_->addresses(); }
+
+const std::string& Listener::address(const std::string& transport) const {
+  auto it = core_->addresses().find(transport);
+  if (it == core_->addresses().end()) {
+    throw std::out_of_range("this listener has no address for transport '" + transport + "'");
+  }
+  return it->second;
+}
+
+std::string Listener::url(const std::string& transport) const {
+  return transport + "://" + address(transport);
+}
+
+void Listener::close() { core_->close(ACTORPIPE_ERROR(ListenerClosedError)); }
+
+// ---
+
+Pipe::Pipe(std::shared_ptr<detail::PipeCore> core, std::string remoteName)
+    : core_(std::move(core)), remoteName_(std::move(remoteName)) {}
+
+Pipe::~Pipe() { close(); }
+
+void Pipe::readDescriptor(read_descriptor_callback_fn fn) { core_->readDescriptor(std::move(fn)); }
+
+void Pipe::read(Allocation allocation, read_callback_fn fn) {
+  core_->read(std::move(allocation), std::move(fn));
+}
+
+void Pipe::write(Message message, write_callback_fn fn) {
+  core_->write(std::move(message), std::move(fn));
+}
+
+const std::string& Pipe::getRemoteName() { return remoteName_; }
+
+PipeInfo Pipe::info() const { return core_->info(); }
+
+void Pipe::close() { core_->close(ACTORPIPE_ERROR(PipeClosedError)); }
 
 } // namespace actorpipe
