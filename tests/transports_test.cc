@@ -4,8 +4,12 @@
 
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <chrono>
 
+#include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/ibv/factory.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
@@ -118,4 +122,25 @@ TEST_CASE("ibv: a context with ibv registered where it is not viable still talks
   auto direct = client->connect("ibv://127.0.0.1:1");
   Error e = writeSync(*direct, Message(), std::chrono::seconds(10));
   CHECK(e);
+}
+
+TEST_CASE("a loop-only method called from another thread breaks a contract check") {
+  if (!actorpipe::detail::dchecksEnabled()) {
+    MESSAGE("built without contract checks (Release): nothing to check");
+    return;
+  }
+  // The child calls Loop::after() from its main thread, not the loop's.
+  testing::Child child = testing::Child::spawn([](testing::Child&) {
+    ::signal(SIGABRT, SIG_DFL);  // abort plainly, without the harness's backtrace
+    actorpipe::detail::Loop loop("contract");
+    loop.after(std::chrono::milliseconds(1), [] {});
+    return 0;
+  });
+  CHECK(child.wait() == 128 + SIGABRT);
+  // From the loop's own thread, the same call is fine.
+  actorpipe::detail::Loop loop("contract");
+  std::promise<bool> done;
+  loop.post([&] { loop.after(std::chrono::milliseconds(1), [&] { done.set_value(true); }); });
+  auto f = done.get_future();
+  REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
 }

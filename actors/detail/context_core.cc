@@ -19,6 +19,7 @@
 #include <actorpipe/channels/context.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/context.h>
+#include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
 namespace {
@@ -173,6 +174,7 @@ wire::Hello ContextCore::hello() const {
 void ContextCore::markDown(const std::string& kind, const std::string& name, const std::string& reason) {
   std::lock_guard<std::mutex> guard(mutex_);
   Error down = ACTORPIPE_ERROR(BackendDownError, kind + " '" + name + "'", reason);
+  ACTORPIPE_LOG(kWarn, kind << " '" << name << "' went down: " << reason);
   // Entries are shared read-only with pipes: replace, never modify.
   if (kind == "transport") {
     auto it = transports_.find(name);

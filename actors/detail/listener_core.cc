@@ -17,6 +17,7 @@
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/runtime/detail/url.h>
+#include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
 struct PendingSlot;
@@ -200,6 +201,8 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
         greeted->timer = 0;
         auto connection = weakConnection.lock();
         if (!greeted->done && connection) {
+          ACTORPIPE_LOG(kDebug, "dropping a connection from " << connection->peerAddress()
+                                    << " that did not greet in time");
           connection->close(ACTORPIPE_ERROR(TimeoutError, "a new connection's greeting", 0));
         }
       });

@@ -29,6 +29,7 @@
 #include <actorpipe/actors/pipe_actor.h>
 #include <actorpipe/channels/context.h>
 #include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
 namespace {
@@ -48,6 +49,11 @@ void bouncePipeMessage(caf::mailbox_element& element) {
 }
 
 }  // namespace
+
+uint64_t PipeCore::newPipeId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 PipeCore::PipeCore(std::shared_ptr<ContextCore> context, Loop* loop)
     : context_(std::move(context)),
@@ -554,6 +560,11 @@ void PipeCore::fail(Error error) {
     e.second->flush();
   }
   error_ = std::move(error);
+  if (error_.isOfType<PipeClosedError>()) {
+    ACTORPIPE_LOG(kDebug, "pipe " << id_ << ": closed by its owner");
+  } else {
+    ACTORPIPE_LOG(kInfo, "pipe " << id_ << ": failed: " << error_.what());
+  }
   if (state_ == State::kAwaitingJoin) {
     registry_->forget(joinToken_);
     loop_->cancel(joinTimer_);

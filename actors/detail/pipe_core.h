@@ -162,6 +162,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   std::shared_ptr<transport::Connection> connection_;
   std::string url_;
   std::string remoteName_;
+  static uint64_t newPipeId();
+  const uint64_t id_{newPipeId()};  // "pipe 7" in log lines: this process's 7th pipe
 
   State state_{State::kClosed};
   Error error_;

@@ -31,6 +31,7 @@
 #include <actorpipe/actors/detail/join_registry.h>
 #include <actorpipe/channels/context.h>
 #include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
 namespace {
@@ -67,6 +68,7 @@ std::shared_ptr<PipeCore> PipeCore::connect(const std::shared_ptr<ContextCore>& 
   core->transport_ = std::move(transport);
   core->url_ = url;
   core->state_ = State::kConnecting;
+  ACTORPIPE_LOG(kDebug, "pipe " << core->id_ << ": connecting to " << url);
   core->spawnActor();
   // Resolving a name may block: done here, on the caller's thread.
   auto connection = core->transport_->context->connect(address);
@@ -91,6 +93,7 @@ std::shared_ptr<PipeCore> PipeCore::accept(const std::shared_ptr<ContextCore>& c
   core->connection_ = std::move(connection);
   core->url_ = core->transport_->name + "://" + core->connection_->peerAddress();
   core->state_ = State::kAccepting;
+  ACTORPIPE_LOG(kDebug, "pipe " << core->id_ << ": accepted from " << core->url_);
   core->registry_ = std::move(registry);
   core->ready_ = std::move(ready);
   core->spawnActor();
@@ -379,6 +382,7 @@ void PipeCore::adoptJoin(std::shared_ptr<const TransportEntry> transport,
 // Tell the peer why, so both sides fail with the same reason; close only
 // once the reject is on the wire (closing first would cancel it).
 void PipeCore::reject(const std::string& reason) {
+  ACTORPIPE_LOG(kInfo, "pipe " << id_ << ": rejecting the peer: " << reason);
   state_ = State::kClosed;
   auto frame = std::make_shared<std::string>(frameOf(wire::FrameType::kReject, wire::Reject{reason, wire::Reject::kNegotiation}));
   auto self = shared_from_this();
@@ -410,6 +414,11 @@ void PipeCore::establish() {
     info_.remoteName = remoteName_;
     info_.notes = notes_;
   }
+  ACTORPIPE_LOG(kInfo, "pipe " << id_ << ": established with " << url_ << " over " << transport_->name << [&] {
+    std::string channels;
+    for (const auto& c : channels_) channels += " " + c.first + ":" + c.second;
+    return channels.empty() ? std::string(", no channels") : ", channels" + channels;
+  }());
   for (auto& op : writes_) {
     if (!op->sent && !op->done) sendWrite(op);
   }

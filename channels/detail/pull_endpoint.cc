@@ -1,5 +1,7 @@
 #include <actorpipe/channels/detail/pull_endpoint.h>
 
+#include <actorpipe/runtime/detail/check.h>
+
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -317,6 +319,7 @@ void PullEndpoint::close(const Error& reason) {
 }
 
 void PullEndpoint::closeInLoop(const Error& reason) {
+  ACTORPIPE_DCHECK(loop_ == nullptr || loop_->ownsState());
   std::deque<Pending> failed;
   {
     std::lock_guard<std::mutex> guard(mutex_);

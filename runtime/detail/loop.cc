@@ -1,12 +1,30 @@
 #include <actorpipe/runtime/detail/loop.h>
 
+#include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/log.h>
+
 #include <uv.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 namespace actorpipe::detail {
+
+void dcheckFailed(const char* condition, const char* file, int line) {
+  std::fprintf(stderr, "actorpipe: contract broken at %s:%d: %s\n", file, line, condition);
+  std::fflush(stderr);
+  std::abort();
+}
+
+bool dchecksEnabled() {
+#ifdef ACTORPIPE_ENABLE_DCHECKS
+  return true;
+#else
+  return false;
+#endif
+}
 
 Loop::Loop(std::string name) : name_(std::move(name)) {
   loop_ = new uv_loop_t;
@@ -79,11 +97,9 @@ bool Loop::drainQueue() {
     try {
       task();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "actorpipe: exception escaped a task on loop '%s': %s\n",
-                   name_.c_str(), e.what());
+      ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
     } catch (...) {
-      std::fprintf(stderr, "actorpipe: unknown exception escaped a task on loop '%s'\n",
-                   name_.c_str());
+      ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
     }
   }
   return true;
@@ -96,7 +112,14 @@ struct Loop::Timer {
   Task task;
 };
 
+bool Loop::ownsState() const {
+  if (inLoop()) return true;
+  std::lock_guard<std::mutex> guard(mutex_);
+  return finished_;
+}
+
 Loop::TimerId Loop::after(std::chrono::milliseconds delay, Task task) {
+  ACTORPIPE_DCHECK(ownsState());
   auto* timer = new Timer{uv_timer_t{}, this, nextTimer_++, std::move(task)};
   uv_timer_init(loop_, &timer->handle);
   timer->handle.data = timer;
@@ -112,6 +135,7 @@ Loop::TimerId Loop::after(std::chrono::milliseconds delay, Task task) {
 }
 
 void Loop::cancel(TimerId id) {
+  ACTORPIPE_DCHECK(ownsState());
   auto it = timers_.find(id);
   if (it == timers_.end()) return;
   Timer* t = it->second;
@@ -121,9 +145,13 @@ void Loop::cancel(TimerId id) {
            [](uv_handle_t* h) { delete static_cast<Timer*>(h->data); });
 }
 
-void Loop::addPoller(Poller* poller) { pollers_.push_back(poller); }
+void Loop::addPoller(Poller* poller) {
+  ACTORPIPE_DCHECK(ownsState());
+  pollers_.push_back(poller);
+}
 
 void Loop::removePoller(Poller* poller) {
+  ACTORPIPE_DCHECK(ownsState());
   auto it = std::find(pollers_.begin(), pollers_.end(), poller);
   if (it != pollers_.end()) {
     pollers_.erase(it);

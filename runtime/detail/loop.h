@@ -49,6 +49,11 @@ class Loop {
   bool post(Task task);
 
   bool inLoop() const { return std::this_thread::get_id() == threadId_; }
+  // Whether the caller may touch what only the loop thread touches: it is
+  // the loop thread, or the loop has finished its last turn (no thread runs
+  // it any more; whoever tears down may clean up). What loop-only methods
+  // assert (ACTORPIPE_DCHECK, runtime/detail/check.h).
+  bool ownsState() const;
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
   // Loop thread only.
@@ -86,7 +91,7 @@ class Loop {
   std::thread thread_;
   std::thread::id threadId_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::deque<Task> queue_;
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> queued_{false};

@@ -2,6 +2,7 @@
 
 #include <actorpipe/transports/detail/in_loop.h>
 #include <actorpipe/transports/ibv/error.h>
+#include <actorpipe/runtime/detail/check.h>
 
 #include <cerrno>
 #include <cstring>
@@ -317,6 +318,7 @@ void IbvConnection::close(Error reason) {
 }
 
 void IbvConnection::closeInLoop(const Error& reason) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) return;
   error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
   if (peerGoneFn_) {

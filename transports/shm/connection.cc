@@ -12,6 +12,7 @@
 
 #include <actorpipe/transports/detail/in_loop.h>
 #include <actorpipe/transports/shm/socket.h>
+#include <actorpipe/runtime/detail/check.h>
 
 namespace actorpipe::transport::shm {
 namespace {
@@ -382,6 +383,7 @@ void ShmConnection::read(void* ptr, size_t length, read_callback_fn fn) {
 }
 
 void ShmConnection::readInLoop(ReadOp op) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) {
     auto err = error_;
     auto fn = std::move(op.fn);
@@ -398,6 +400,7 @@ void ShmConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
 }
 
 void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_ || peerGone_) {
     Error err = error_ ? error_ : ACTORPIPE_ERROR(EOFError);
     loop_.post([fn = std::move(fn), err] { fn(err); });
@@ -416,6 +419,7 @@ void ShmConnection::close(Error reason) {
 }
 
 void ShmConnection::closeInLoop(const Error& reason) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) return;
   error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
   if (setupTimer_ != 0) {

@@ -20,6 +20,7 @@
 #include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/shm/connection.h>
 #include <actorpipe/transports/shm/socket.h>
+#include <actorpipe/runtime/detail/check.h>
 
 namespace actorpipe::transport::shm {
 namespace {
@@ -171,6 +172,7 @@ void ShmListener::onReadable() {
 }
 
 void ShmListener::failInLoop(const Error& error) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) return;
   error_ = error;
   if (pauseTimer_ != 0) {

@@ -2,6 +2,7 @@
 
 #include <actorpipe/transports/detail/in_loop.h>
 #include <actorpipe/transports/uv/error.h>
+#include <actorpipe/runtime/detail/check.h>
 
 #include <algorithm>
 #include <cstring>
@@ -94,6 +95,7 @@ void UvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
 }
 
 void UvConnection::readInLoop(ReadOp op) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) {
     auto err = error_;
     auto fn = std::move(op.fn);
@@ -229,6 +231,7 @@ void UvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
 }
 
 void UvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) {
     auto err = error_;
     loop_.post([fn = std::move(fn), err] { fn(err); });
@@ -287,6 +290,7 @@ void UvConnection::close(Error reason) {
 }
 
 void UvConnection::closeInLoop(const Error& reason) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) {
     return;
   }

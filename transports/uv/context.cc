@@ -15,6 +15,7 @@
 #include <actorpipe/transports/uv/connection.h>
 #include <actorpipe/transports/uv/error.h>
 #include <actorpipe/transports/uv/sockaddr.h>
+#include <actorpipe/runtime/detail/check.h>
 
 namespace actorpipe::transport::uv {
 namespace {
@@ -201,6 +202,7 @@ void UvListener::match() {
 }
 
 void UvListener::failInLoop(const Error& error) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
   if (error_) {
     return;
   }
