@@ -55,6 +55,7 @@ class LogicError final : public BaseError {
  public:
   explicit LogicError(std::string reason) : reason_(std::move(reason)) {}
   std::string what() const override { return "logic error: " + reason_; }
+  const std::string& reason() const { return reason_; }
  private:
   std::string reason_;
 };
@@ -196,13 +197,14 @@ class UnknownTransportError final : public BaseError {
 // deadline set in ContextOptions / PipeOptions.
 class TimeoutError final : public BaseError {
  public:
-  TimeoutError(std::string what, long long milliseconds) : what_(std::move(what)), ms_(milliseconds) {}
-  std::string what() const override {
-    return "timeout: " + what_ + " did not complete within " + std::to_string(ms_) + " ms";
-  }
+  TimeoutError(std::string what, long long milliseconds)
+      : reason_(what + " did not complete within " + std::to_string(milliseconds) + " ms") {}
+  explicit TimeoutError(std::string reason) : reason_(std::move(reason)) {}
+  std::string what() const override { return "timeout: " + reason_; }
+  // What ran out of time, without the "timeout: " in front.
+  const std::string& reason() const { return reason_; }
  private:
-  std::string what_;
-  long long ms_;
+  std::string reason_;
 };
 
 // The peers do not share the Context's secret (or one side has none).

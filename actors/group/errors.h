@@ -34,14 +34,8 @@ class RendezvousError final : public BaseError {
   std::string reason_;
 };
 
-// An operation did not complete within its deadline.
-class TimeoutError final : public BaseError {
- public:
-  explicit TimeoutError(std::string what) : what_(std::move(what)) {}
-  std::string what() const override { return "timed out: " + what_; }
-
- private:
-  std::string what_;
-};
+// An operation did not complete within its deadline: the library's one
+// TimeoutError, so isOfType<actorpipe::TimeoutError>() holds for a group's.
+using TimeoutError = ::actorpipe::TimeoutError;
 
 } // namespace actorpipe::group

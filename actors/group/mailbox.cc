@@ -21,8 +21,8 @@ Clock::time_point deadlineAfter(Timeout timeout) {
 }
 
 bool parseDType(const std::string& name, DType& dtype) {
-  for (DType d : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kU8}) {
-    if (name == dtypeName(d)) {
+  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
+    if (name == dtype_name(d)) {
       dtype = d;
       return true;
     }
@@ -150,10 +150,10 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
     std::istringstream in(d.tensors[i].metadata);
     std::string dtypeText;
     size_t count = 0;
-    DType dtype = DType::kU8;
+    DType dtype = DType::uint8;
     if (!(in >> dtypeText >> count) || !parseDType(dtypeText, dtype) ||
-        count * dtypeSize(dtype) != d.tensors[i].length) {
-      dtype = DType::kU8;
+        count * dtype_size(dtype) != d.tensors[i].length) {
+      dtype = DType::uint8;
       count = d.tensors[i].length;
     }
     if (inPlace) {
@@ -317,7 +317,7 @@ Error Mailbox::send(const std::vector<int>& to, const Outgoing& outgoing) {
     Message::Tensor entry;
     entry.buffer = CpuBuffer{tensor.data};
     entry.length = tensor.bytes();
-    entry.metadata = std::string(dtypeName(tensor.dtype)) + " " + std::to_string(tensor.count);
+    entry.metadata = std::string(dtype_name(tensor.dtype)) + " " + std::to_string(tensor.count);
     message.tensors.push_back(entry);
     bytes += tensor.bytes();
   }

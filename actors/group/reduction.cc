@@ -25,28 +25,6 @@
 
 namespace actorpipe::group {
 
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-  }
-  return 1;
-}
-
-const char* dtypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-  }
-  return "?";
-}
-
 namespace {
 
 // The element-wise kernels: Thrust's host backend, or the standard library
@@ -126,11 +104,11 @@ void combineTyped(Reduction::Kind kind, const Tensor& out, const Tensor& first, 
 template <typename F>
 void byDType(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kF32: f(float{}); break;
-    case DType::kF64: f(double{}); break;
-    case DType::kI32: f(int32_t{}); break;
-    case DType::kI64: f(int64_t{}); break;
-    case DType::kU8: f(uint8_t{}); break;
+    case DType::float32: f(float{}); break;
+    case DType::float64: f(double{}); break;
+    case DType::int32: f(int32_t{}); break;
+    case DType::int64: f(int64_t{}); break;
+    case DType::uint8: f(uint8_t{}); break;
   }
 }
 

@@ -7,42 +7,49 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/actors/tensor.h>  // the one DType, and the Tensor collectives also take
 #include <actorpipe/runtime/device.h>
 
 namespace actorpipe::group {
 
-enum class DType { kF32, kF64, kI32, kI64, kU8 };
-
-size_t dtypeSize(DType dtype);
-const char* dtypeName(DType dtype);
-
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kF64; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
+using ::actorpipe::DType;
+using ::actorpipe::dtype_name;
+using ::actorpipe::dtype_of;
+using ::actorpipe::dtype_size;
 
 // Caller-owned memory; collectives read it and write their results into it.
 // `device` is where `data` lives: only CPU memory is reduced today, and a
 // device tensor fails its collective with a LogicError instead of being
 // touched as host memory.
+//
+// An actorpipe::Tensor converts to this view (its elements, in place), so
+// every collective takes the library's Tensor as it is; the Tensor must
+// outlive the collective, as the memory of any view must.
 struct Tensor {
   void* data{nullptr};
   size_t count{0};
-  DType dtype{DType::kF32};
+  DType dtype{DType::float32};
   Device device{kCpuDeviceType, 0};
 
-  size_t bytes() const { return count * dtypeSize(dtype); }
+  Tensor() = default;
+  Tensor(void* data, size_t count, DType dtype, Device device = Device::cpu())
+      : data(data), count(count), dtype(dtype), device(std::move(device)) {}
+  /* implicit */ Tensor(const ::actorpipe::Tensor& tensor)
+      : data(tensor.raw_data()),
+        count(static_cast<size_t>(tensor.numel())),
+        dtype(tensor.dtype()),
+        device(tensor.device()) {}
+
+  size_t bytes() const { return count * dtype_size(dtype); }
 };
 
 template <typename T>
 Tensor tensorOf(std::vector<T>& values) {
-  return Tensor{values.data(), values.size(), DTypeOf<T>::value};
+  return Tensor{values.data(), values.size(), dtype_of<T>()};
 }
 template <typename T>
 Tensor tensorOf(T* values, size_t count) {
-  return Tensor{values, count, DTypeOf<T>::value};
+  return Tensor{values, count, dtype_of<T>()};
 }
 
 // How two contributions combine: `accumulator = accumulator op incoming`.

@@ -602,13 +602,11 @@ void TreeCore::sendAbort(const Error& error, uint64_t collective) {
     rank = failed->rank();
     kind = "rank";
     reason = failed->reason();
-  } else if (error.isOfType<LogicError>()) {
+  } else if (auto logic = error.castToType<LogicError>()) {
     kind = "logic";
-    const std::string prefix = "logic error: ";
-    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
-  } else if (error.isOfType<TimeoutError>()) {
-    const std::string prefix = "timed out: ";
-    if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+    reason = logic->reason();
+  } else if (auto timeout = error.castToType<TimeoutError>()) {
+    reason = timeout->reason();
   }
   for (auto& link : links_) {
     if (!link->pipe) continue;

@@ -103,10 +103,10 @@ TEST_CASE("chunks cover every byte once, in whole, aligned elements") {
       size_t bytes = 0;
       for (const auto& segment : chunk.segments) {
         CHECK(segment.offset == covered[segment.tensor]);
-        CHECK(segment.length % dtypeSize(tensors[segment.tensor].dtype) == 0);
+        CHECK(segment.length % dtype_size(tensors[segment.tensor].dtype) == 0);
         if (segment.offset == 0) packed = (packed + 15) & ~size_t(15);  // tensors start aligned
         CHECK(segment.packed == packed);
-        CHECK(segment.packed % dtypeSize(tensors[segment.tensor].dtype) == 0);
+        CHECK(segment.packed % dtype_size(tensors[segment.tensor].dtype) == 0);
         covered[segment.tensor] += segment.length;
         packed += segment.length;
         bytes += segment.length;
@@ -140,6 +140,25 @@ TEST_CASE("reductions on every dtype") {
   Tensor onDevice = tensorOf(f);
   onDevice.device = actorpipe::Device{actorpipe::kCudaDeviceType, 0};
   CHECK_THROWS(Reduction::sum().apply(onDevice, onDevice));
+}
+
+TEST_CASE("collectives take the library's Tensor, as a view of its elements") {
+  actorpipe::Tensor a = actorpipe::Tensor::full<int32_t>({2, 3}, 4);
+  actorpipe::Tensor b = actorpipe::Tensor::full<int32_t>({2, 3}, 5);
+  Reduction::sum().apply(a, b);  // each converts to a view, no copy
+  for (int i = 0; i < 6; ++i) CHECK(a.data<int32_t>()[i] == 9);
+  const Tensor view = a;
+  CHECK(view.data == a.raw_data());
+  CHECK(view.count == 6);
+  CHECK(view.dtype == actorpipe::DType::int32);
+  CHECK(view.bytes() == a.nbytes());
+}
+
+TEST_CASE("a group's timeout is the library's TimeoutError") {
+  actorpipe::Error e = ACTORPIPE_ERROR(TimeoutError, "rank 3 never answered");
+  CHECK(e.isOfType<actorpipe::TimeoutError>());
+  CHECK(e.castToType<actorpipe::TimeoutError>()->reason() == "rank 3 never answered");
+  CHECK(e.what().rfind("timeout: rank 3 never answered", 0) == 0);
 }
 
 TEST_CASE("rank info from each launcher's variables, ours first") {
