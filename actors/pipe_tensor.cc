@@ -1,0 +1,105 @@
+#include <actorpipe/actors/pipe_tensor.h>
+
+#include <cstdint>
+
+namespace actorpipe {
+namespace {
+
+// "apT1 float32 2,3;" then the writer's metadata. Version 1 of the form;
+// the extents are decimal, outermost first; a scalar has none ("apT1 int64 ;").
+const std::string kPrefix = "apT1 ";
+constexpr int64_t kMaxExtent = int64_t{1} << 62;
+
+Error bad(const std::string& why) { return ACTORPIPE_ERROR(ProtocolError, "tensor metadata: " + why); }
+
+bool parseDType(const std::string& name, DType& out) {
+  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
+    if (name == dtype_name(d)) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Message::Tensor pipeTensor(const Tensor& tensor, const std::string& metadata) {
+  std::string head = kPrefix + dtype_name(tensor.dtype()) + " ";
+  for (size_t i = 0; i < tensor.shape().size(); ++i) {
+    head += (i ? "," : "") + std::to_string(tensor.shape()[i]);
+  }
+  head += ";";
+  Message::Tensor entry;
+  const Device device = tensor.device();
+  if (device.isCpu()) {
+    entry.buffer = CpuBuffer{tensor.raw_data()};
+  } else {
+    entry.buffer = CudaBuffer{tensor.raw_data(), nullptr, device.index};
+  }
+  entry.length = tensor.nbytes();
+  entry.metadata = head + metadata;
+  return entry;
+}
+
+bool isPipeTensor(const Descriptor::Tensor& entry) { return entry.metadata.compare(0, kPrefix.size(), kPrefix) == 0; }
+
+Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shape, std::string* metadata) {
+  const std::string& m = entry.metadata;
+  if (!isPipeTensor(entry)) return bad("not written by pipeTensor()");
+  size_t pos = kPrefix.size();
+  const size_t space = m.find(' ', pos);
+  if (space == std::string::npos || space - pos > 16) return bad("no dtype");
+  if (!parseDType(m.substr(pos, space - pos), dtype)) return bad("unknown dtype");
+  pos = space + 1;
+  const size_t end = m.find(';', pos);
+  if (end == std::string::npos) return bad("no ';' after the shape");
+  Shape parsed;
+  uint64_t elements = 1;
+  while (pos < end) {
+    if (parsed.size() == kMaxTensorDims) return bad("more than " + std::to_string(kMaxTensorDims) + " extents");
+    size_t digits = 0;
+    int64_t extent = 0;
+    while (pos < end && m[pos] >= '0' && m[pos] <= '9') {
+      if (++digits > 19) return bad("an extent too large");
+      extent = extent * 10 + (m[pos] - '0');
+      ++pos;
+    }
+    if (digits == 0 || extent > kMaxExtent) return bad("an extent that is not a number in range");
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(extent), &elements)) {
+      return bad("a shape whose size overflows");
+    }
+    parsed.push_back(extent);
+    if (pos < end) {
+      if (m[pos] != ',') return bad("extents must be separated by ','");
+      if (++pos == end) return bad("a ',' with no extent after it");
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_size(dtype)), &bytes) ||
+      bytes != entry.length) {
+    return bad("shape and dtype give " + std::to_string(elements) + " elements, the entry has " +
+               std::to_string(entry.length) + " bytes");
+  }
+  shape = std::move(parsed);
+  if (metadata != nullptr) *metadata = m.substr(end + 1);
+  return Error();
+}
+
+Error receiveTensor(const Descriptor::Tensor& entry, Tensor& out, Allocation::Tensor& allocation,
+                    std::string* metadata) {
+  DType dtype;
+  Shape shape;
+  if (Error e = parsePipeTensor(entry, dtype, shape, metadata)) return e;
+  const bool toHost = entry.targetDevice ? entry.targetDevice->isCpu() : entry.sourceDevice.isCpu();
+  if (!toHost) {
+    return ACTORPIPE_ERROR(LogicError, "receiveTensor allocates host memory; the tensor is for " +
+                                           (entry.targetDevice ? *entry.targetDevice : entry.sourceDevice).toString());
+  }
+  const bool reuse = out.defined() && out.device().isCpu() && out.dtype() == dtype && out.shape() == shape;
+  if (!reuse) out = Tensor::empty(shape, dtype);
+  allocation.buffer = CpuBuffer{out.raw_data()};
+  return Error();
+}
+
+} // namespace actorpipe
