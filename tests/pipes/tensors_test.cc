@@ -12,7 +12,7 @@
 
 #include <actorpipe/actors/pipe_tensor.h>
 
-#include "support/harness.h"
+#include "../support/harness.h"
 
 using namespace actorpipe;
 using namespace testing;
