@@ -61,12 +61,12 @@ T waitFor(std::future<T>& future) {
 }
 
 struct Pair {
-  std::shared_ptr<Context> context = makeFullContext();
+  std::shared_ptr<Context> context;
   std::shared_ptr<Listener> listener;
   std::shared_ptr<Pipe> client;
   std::shared_ptr<Pipe> server;
 
-  explicit Pair(const std::string& url) {
+  explicit Pair(const std::string& url, std::shared_ptr<Context> ctx = makeFullContext()) : context(std::move(ctx)) {
     listener = context->listen({url});
     std::promise<std::shared_ptr<Pipe>> accepted;
     listener->accept([&](const Error& e, std::shared_ptr<Pipe> p) { accepted.set_value(e ? nullptr : p); });
@@ -118,15 +118,26 @@ TEST_CASE("shm, cma, xth and mpt registered through TensorPipe's names carry a t
 }
 
 TEST_CASE("a peer that hangs up is transport::EOFError to the reader") {
-  Pair pair("tcp://127.0.0.1:0");
-  std::promise<Error> read;
-  pair.server->readDescriptor([&](const Error& e, Descriptor) { read.set_value(e); });
-  pair.client->close();
-  auto f = read.get_future();
-  Error e = waitFor(f);
-  REQUIRE(e);
-  CHECK_MESSAGE(e.isOfType<transport::EOFError>(), e.what());
-  CHECK(e.isOfType<EOFError>());  // the same type
+  // Each pipe settled first (a message across), so that the close is a
+  // clean one: a TCP socket closed with bytes unread, or a pipe closed while
+  // it moves from tcp to shm, is a reset (ECONNRESET), not an EOF.
+  auto tcpOnly = std::make_shared<Context>();
+  tcpOnly->registerTransport(0, "tcp", transport::uv::create());
+  tcpOnly->registerChannel(0, "basic", channel::basic::create());
+  for (auto* url : {"tcp://127.0.0.1:0", "shm://"}) {
+    CAPTURE(url);
+    Pair pair(url, std::string(url) == "shm://" ? makeFullContext() : tcpOnly);
+    std::vector<uint8_t> sent(64, 1), got;
+    REQUIRE(!failed(roundTrip(pair, sent, got)));
+    std::promise<Error> read;
+    pair.server->readDescriptor([&](const Error& e, Descriptor) { read.set_value(e); });
+    pair.client->close();
+    auto f = read.get_future();
+    Error e = waitFor(f);
+    REQUIRE(e);
+    CHECK_MESSAGE(e.isOfType<transport::EOFError>(), e.what());
+    CHECK(e.isOfType<EOFError>());  // the same type
+  }
 }
 
 TEST_CASE("libuv failures are uv::UVError and still SystemError") {
