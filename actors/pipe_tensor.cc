@@ -56,16 +56,25 @@ Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shap
   if (end == std::string::npos) return bad("no ';' after the shape");
   Shape parsed;
   uint64_t elements = 1;
+  int64_t nonZero = 1;
   while (pos < end) {
     if (parsed.size() == kMaxTensorDims) return bad("more than " + std::to_string(kMaxTensorDims) + " extents");
     size_t digits = 0;
     int64_t extent = 0;
     while (pos < end && m[pos] >= '0' && m[pos] <= '9') {
-      if (++digits > 19) return bad("an extent too large");
-      extent = extent * 10 + (m[pos] - '0');
+      const int digit = m[pos] - '0';
+      // Checked before it can overflow (the fuzzer found 19 digits that did).
+      if (extent > (kMaxExtent - digit) / 10) return bad("an extent too large");
+      extent = extent * 10 + digit;
+      ++digits;
       ++pos;
     }
-    if (digits == 0 || extent > kMaxExtent) return bad("an extent that is not a number in range");
+    if (digits == 0) return bad("an extent that is not a number");
+    // The product of the non-zero extents must fit an int64 (Tensor's
+    // element count), even where a zero extent makes the tensor empty.
+    if (extent != 0 && (__builtin_mul_overflow(nonZero, extent, &nonZero))) {
+      return bad("a shape whose size overflows");
+    }
     if (__builtin_mul_overflow(elements, static_cast<uint64_t>(extent), &elements)) {
       return bad("a shape whose size overflows");
     }

@@ -69,12 +69,18 @@ std::shared_ptr<Storage> Storage::adopt(void* data, std::size_t nbytes,
 
 std::int64_t element_count(const Shape& shape) {
   std::int64_t count = 1;
+  bool empty = false;
   for (auto extent : shape) {
     if (extent < 0)
       throw std::invalid_argument("negative tensor extent");
-    count *= extent;
+    if (extent == 0) {
+      empty = true;  // zero elements, however large the other extents
+      continue;
+    }
+    if (__builtin_mul_overflow(count, extent, &count))
+      throw std::invalid_argument("tensor shape " + shape_to_string(shape) + " has too many elements");
   }
-  return count;
+  return empty ? 0 : count;
 }
 
 std::string shape_to_string(const Shape& shape) {

@@ -204,7 +204,10 @@ TEST_CASE("a peer's tensor metadata is parsed strictly, before any allocation") 
            {"apT1 float32 -2;", 8},                     // sign
            {"apT1 float32 2x3;", 24},                   // not a separator
            {"apT1 uint8 " + tooLarge + ";", 8},         // extent too large
+           {"apT1 uint8 9444444224222222229;", 8},      // 19 digits, above int64 (the fuzzer's find)
+           {"apT1 uint8 4611686018427387905;", 8},      // just above 2^62
            {"apT1 uint8 4294967296,4294967296;", 0},    // product overflows
+           {"apT1 float32 3511112008884480,4224,0;", 0},  // empty, but the rest overflows int64 (the fuzzer's)
            {"apT1 float64 4611686018427387904;", 0},    // bytes overflow
            {"apT1 uint8 1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1;", 1},  // 17 extents
        }) {
