@@ -71,8 +71,14 @@ void ContextCore::start() {
       auto it = watched->find(msg.source);
       if (it == watched->end()) return;
       if (auto core = weak.lock()) {
-        core->markDown(it->second.first, it->second.second,
-                       msg.reason ? self->system().render(msg.reason) : "its actor exited");
+        const std::string reason = msg.reason ? self->system().render(msg.reason) : "its actor exited";
+        // A backend stopped by its Context closing is news only at debug.
+        if (!msg.reason || msg.reason == caf::exit_reason::user_shutdown) {
+          ACTORPIPE_LOG(kDebug, it->second.first << " '" << it->second.second << "' stopped: " << reason);
+        } else {
+          ACTORPIPE_LOG(kWarn, it->second.first << " '" << it->second.second << "' went down: " << reason);
+        }
+        core->markDown(it->second.first, it->second.second, reason);
       }
       watched->erase(it);
     });
@@ -174,7 +180,6 @@ wire::Hello ContextCore::hello() const {
 void ContextCore::markDown(const std::string& kind, const std::string& name, const std::string& reason) {
   std::lock_guard<std::mutex> guard(mutex_);
   Error down = ACTORPIPE_ERROR(BackendDownError, kind + " '" + name + "'", reason);
-  ACTORPIPE_LOG(kWarn, kind << " '" << name << "' went down: " << reason);
   // Entries are shared read-only with pipes: replace, never modify.
   if (kind == "transport") {
     auto it = transports_.find(name);

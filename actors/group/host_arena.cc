@@ -1,5 +1,7 @@
 #include <actorpipe/actors/group/host_arena.h>
 
+#include <actorpipe/transports/shm/socket.h>
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -117,7 +119,9 @@ std::unique_ptr<HostArena> HostArena::create(int ranks, const ArenaOptions& opti
   char text[96];
   std::snprintf(text, sizeof(text), "/actorpipe-arena-%d-%08x%08x", static_cast<int>(::getpid()),
                 random(), random());
-  const int fd = ::shm_open(text, O_CREAT | O_EXCL | O_RDWR, 0600);
+  // TSan does not see shm_open create the descriptor (glibc opens it
+  // internally) and would blame its close on the last user of that number.
+  const int fd = transport::shm::seenBySanitizer(::shm_open(text, O_CREAT | O_EXCL | O_RDWR, 0600));
   if (fd < 0) {
     why = errnoText("shm_open");
     return nullptr;
@@ -156,7 +160,7 @@ std::unique_ptr<HostArena> HostArena::open(const std::string& name, int rank, in
                                            const ArenaOptions& options, std::string& why) {
   const size_t slotBytes = slotBytesOf(options);
   const size_t total = totalBytes(ranks, slotBytes);
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  const int fd = transport::shm::seenBySanitizer(::shm_open(name.c_str(), O_RDWR, 0));
   if (fd < 0) {
     why = errnoText(("shm_open " + name).c_str());
     return nullptr;

@@ -98,8 +98,7 @@ std::string hostIdentity() {
 
 __attribute__((noinline)) void closeMemfd(int fd) { ::close(fd); }
 
-int createMemfd(const char* name, unsigned flags) {
-  int fd = ::memfd_create(name, flags);
+int seenBySanitizer(int fd) {
 #if defined(__SANITIZE_THREAD__)
   if (fd >= 0) {
     int seen = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR | O_CLOEXEC);
@@ -111,5 +110,7 @@ int createMemfd(const char* name, unsigned flags) {
 #endif
   return fd;
 }
+
+int createMemfd(const char* name, unsigned flags) { return seenBySanitizer(::memfd_create(name, flags)); }
 
 } // namespace actorpipe::transport::shm

@@ -33,6 +33,10 @@ std::string hostIdentity();
 // TSan sees) and closes the original with closeMemfd, which
 // tests/sanitizers/tsan.supp names. Other builds use the memfd as made.
 int createMemfd(const char* name, unsigned flags);
+// The same for a descriptor that came from another call TSan does not see
+// (shm_open opens inside glibc): in TSan builds, a reopened copy of `fd`
+// (the original closed with closeMemfd); elsewhere `fd` itself.
+int seenBySanitizer(int fd);
 void closeMemfd(int fd);
 
 } // namespace actorpipe::transport::shm
