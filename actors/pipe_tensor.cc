@@ -12,16 +12,6 @@ constexpr int64_t kMaxExtent = int64_t{1} << 62;
 
 Error bad(const std::string& why) { return ACTORPIPE_ERROR(ProtocolError, "tensor metadata: " + why); }
 
-bool parseDType(const std::string& name, DType& out) {
-  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
-    if (name == dtype_name(d)) {
-      out = d;
-      return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 Message::Tensor pipeTensor(const Tensor& tensor, const std::string& metadata) {
@@ -50,7 +40,7 @@ Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shap
   size_t pos = kPrefix.size();
   const size_t space = m.find(' ', pos);
   if (space == std::string::npos || space - pos > 16) return bad("no dtype");
-  if (!parseDType(m.substr(pos, space - pos), dtype)) return bad("unknown dtype");
+  if (!dtype_from_name(m.substr(pos, space - pos), dtype)) return bad("unknown dtype");
   pos = space + 1;
   const size_t end = m.find(';', pos);
   if (end == std::string::npos) return bad("no ';' after the shape");

@@ -29,6 +29,16 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
+bool dtype_from_name(const std::string& name, DType& dtype) {
+  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
+    if (name == dtype_name(d)) {
+      dtype = d;
+      return true;
+    }
+  }
+  return false;
+}
+
 // -- Storage ------------------------------------------------------------------
 
 namespace {

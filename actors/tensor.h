@@ -26,6 +26,8 @@ enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
 
 std::size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
+// The inverse of dtype_name; false for any other text.
+bool dtype_from_name(const std::string& name, DType& dtype);
 
 template <class T>
 constexpr DType dtype_of();

@@ -20,16 +20,6 @@ Clock::time_point deadlineAfter(Timeout timeout) {
   return Clock::now() + timeout;
 }
 
-bool parseDType(const std::string& name, DType& dtype) {
-  for (DType d : {DType::float32, DType::float64, DType::int32, DType::int64, DType::uint8}) {
-    if (name == dtype_name(d)) {
-      dtype = d;
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string peerName(int id) {
   return id < 0 ? std::string("the server") : "client " + std::to_string(id);
 }
@@ -151,7 +141,7 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
     std::string dtypeText;
     size_t count = 0;
     DType dtype = DType::uint8;
-    if (!(in >> dtypeText >> count) || !parseDType(dtypeText, dtype) ||
+    if (!(in >> dtypeText >> count) || !dtype_from_name(dtypeText, dtype) ||
         count * dtype_size(dtype) != d.tensors[i].length) {
       dtype = DType::uint8;
       count = d.tensors[i].length;
