@@ -13,7 +13,9 @@
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/runtime/detail/url.h>
 
-namespace actorpipe {
+// The handles are TensorPipe's classes, defined in its namespace (runtime/fwd.h).
+namespace tensorpipe {
+using namespace ::actorpipe;
 
 Context::Context(ContextOptions opts)
     : core_(std::make_shared<detail::ContextCore>(std::move(opts))) {
@@ -112,4 +114,4 @@ PipeInfo Pipe::info() const { return core_->info(); }
 
 void Pipe::close() { core_->close(ACTORPIPE_ERROR(PipeClosedError)); }
 
-} // namespace actorpipe
+}  // namespace tensorpipe

@@ -52,8 +52,15 @@ class Endpoint {
   virtual void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {}
 };
 
+}  // namespace actorpipe::channel
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe::channel {
+
 class Context {
  public:
+  using Endpoint = ::actorpipe::channel::Endpoint;
+
   virtual ~Context() = default;
 
   // The device types whose tensors this channel moves ("cpu", "cuda").
@@ -90,13 +97,13 @@ class Context {
   // (it travels in the welcome frame); an error means the channel cannot
   // serve this pipe.
   virtual std::shared_ptr<Endpoint> acceptEndpoint(std::string& setup, Error& error) {
-    error = ACTORPIPE_ERROR(LogicError, "this channel has no endpoints");
+    error = ACTORPIPE_ERROR(::actorpipe::LogicError, "this channel has no endpoints");
     return nullptr;
   }
   virtual std::shared_ptr<Endpoint> connectEndpoint(const std::string& setup, Error& error) {
-    error = ACTORPIPE_ERROR(LogicError, "this channel has no endpoints");
+    error = ACTORPIPE_ERROR(::actorpipe::LogicError, "this channel has no endpoints");
     return nullptr;
   }
 };
 
-} // namespace actorpipe::channel
+}  // namespace tensorpipe::channel

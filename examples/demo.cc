@@ -3,11 +3,7 @@
 // fast it went. The main job of README.md.
 #include <cstdio>
 
-#include <actorpipe/channels/basic/factory.h>
-#include <actorpipe/channels/cma/factory.h>
-#include <actorpipe/channels/xth/factory.h>
-#include <actorpipe/transports/shm/factory.h>
-#include <actorpipe/transports/uv/factory.h>
+#include <actorpipe/actors/backends.h>
 
 #include "../benchmarks/pingpong.h"
 
@@ -18,11 +14,7 @@ int main() {
   auto makeContext = [](const std::string& name) {
     // Everything that works without special hardware; the peers choose.
     auto context = std::make_shared<Context>(ContextOptions().name(name));
-    context->registerTransport(0, "tcp", transport::uv::create());
-    context->registerTransport(10, "shm", transport::shm::create());
-    context->registerChannel(0, "basic", channel::basic::create());
-    context->registerChannel(10, "cma", channel::cma::create());
-    context->registerChannel(20, "xth", channel::xth::create());
+    registerDefaultBackends(*context);
     return context;
   };
   std::printf("actorpipe demo: starting a second process to echo messages...\n");

@@ -12,11 +12,12 @@
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 
-namespace actorpipe {
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 struct CpuBuffer {
   void* ptr{nullptr};
-  Device getDevice() const { return Device{kCpuDeviceType, 0}; }
+  Device getDevice() const { return Device{::actorpipe::kCpuDeviceType, 0}; }
 };
 
 struct CudaBuffer {
@@ -62,7 +63,7 @@ class Buffer {
 
   // A buffer that was never given memory reports the CPU, like TensorPipe's.
   Device device() const {
-    return impl_ ? impl_->device() : Device{kCpuDeviceType, 0};
+    return impl_ ? impl_->device() : Device{::actorpipe::kCpuDeviceType, 0};
   }
   bool empty() const { return impl_ == nullptr; }
 
@@ -82,4 +83,4 @@ class Buffer {
   std::shared_ptr<Concept> impl_;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

@@ -9,19 +9,12 @@
 
 #include <actorpipe/runtime/options.h>
 
-namespace actorpipe {
-
-class Listener;
-class Pipe;
-namespace transport {
-class Context;
-}
-namespace channel {
-class Context;
-}
-namespace detail {
+namespace actorpipe::detail {
 class ContextCore;
 }
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 class Context final {
  public:
@@ -56,10 +49,10 @@ class Context final {
   void join();
 
   // For actorpipe's actor layer.
-  const std::shared_ptr<detail::ContextCore>& core() const { return core_; }
+  const std::shared_ptr<::actorpipe::detail::ContextCore>& core() const { return core_; }
 
  private:
-  std::shared_ptr<detail::ContextCore> core_;
+  std::shared_ptr<::actorpipe::detail::ContextCore> core_;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

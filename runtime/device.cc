@@ -6,12 +6,16 @@ namespace actorpipe {
 const std::string kCpuDeviceType{"cpu"};
 const std::string kCudaDeviceType{"cuda"};
 
+}  // namespace actorpipe
+
+namespace tensorpipe {
+
 std::string Device::toString() const { return type + ":" + std::to_string(index); }
 
 // Without CUDA support compiled in, nothing can ask the driver where the
 // pointer lives: the caller says (deviceIndex) or it reads as device 0.
 Device CudaBuffer::getDevice() const {
-  return Device{kCudaDeviceType, deviceIndex >= 0 ? deviceIndex : 0};
+  return Device{::actorpipe::kCudaDeviceType, deviceIndex >= 0 ? deviceIndex : 0};
 }
 
-} // namespace actorpipe
+}  // namespace tensorpipe

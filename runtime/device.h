@@ -7,10 +7,15 @@
 #include <string>
 #include <utility>
 
-namespace actorpipe {
+#include <actorpipe/runtime/fwd.h>
 
+namespace actorpipe {
 extern const std::string kCpuDeviceType;
 extern const std::string kCudaDeviceType;
+}  // namespace actorpipe
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 struct Device {
   std::string type;
@@ -18,9 +23,9 @@ struct Device {
 
   Device() = default;
   Device(std::string type, int index) : type(std::move(type)), index(index) {}
-  static Device cpu(int index = 0) { return Device(kCpuDeviceType, index); }
-  static Device cuda(int index) { return Device(kCudaDeviceType, index); }
-  bool isCpu() const { return type == kCpuDeviceType; }
+  static Device cpu(int index = 0) { return Device(::actorpipe::kCpuDeviceType, index); }
+  static Device cuda(int index) { return Device(::actorpipe::kCudaDeviceType, index); }
+  bool isCpu() const { return type == ::actorpipe::kCpuDeviceType; }
 
   // "cpu:0", "cuda:1": also the spelling used on the wire.
   std::string toString() const;
@@ -34,7 +39,7 @@ struct Device {
   }
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe
 
 // As in TensorPipe: Devices, and pairs of them (device maps), as keys of
 // unordered containers.

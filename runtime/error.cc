@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace actorpipe {
+namespace tensorpipe {
 
 const Error Error::kSuccess = Error();
 
@@ -12,6 +12,10 @@ std::string Error::what() const {
   }
   return error_->what() + " (raised at " + file_ + ":" + std::to_string(line_) + ")";
 }
+
+}  // namespace tensorpipe
+
+namespace actorpipe {
 
 std::string SystemError::what() const {
   return syscall_ + ": " + std::strerror(error_) + " (errno " + std::to_string(error_) + ")";

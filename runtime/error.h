@@ -6,7 +6,10 @@
 #include <memory>
 #include <string>
 
-namespace actorpipe {
+#include <actorpipe/runtime/fwd.h>
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 class BaseError {
  public:
@@ -43,6 +46,10 @@ class Error final {
   std::string file_;
   int line_{0};
 };
+
+}  // namespace tensorpipe
+
+namespace actorpipe {
 
 #define ACTORPIPE_ERROR(type, ...) \
   ::actorpipe::Error(std::make_shared<type>(__VA_ARGS__), __FILE__, __LINE__)

@@ -7,18 +7,18 @@
 
 #include <actorpipe/runtime/error.h>
 
-namespace actorpipe {
-
-class Pipe;
-namespace detail {
+namespace actorpipe::detail {
 class ListenerCore;
 }
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 class Listener final {
  public:
   using accept_callback_fn = std::function<void(const Error&, std::shared_ptr<Pipe>)>;
 
-  explicit Listener(std::shared_ptr<detail::ListenerCore> core);
+  explicit Listener(std::shared_ptr<::actorpipe::detail::ListenerCore> core);
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -38,7 +38,7 @@ class Listener final {
   void close();
 
  private:
-  std::shared_ptr<detail::ListenerCore> core_;
+  std::shared_ptr<::actorpipe::detail::ListenerCore> core_;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

@@ -6,7 +6,8 @@
 #include <actorpipe/runtime/buffer.h>
 #include <actorpipe/runtime/optional.h>
 
-namespace actorpipe {
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
 
 // What a writer hands to Pipe::write. The memory behind every pointer must
 // stay valid and unchanged until the write's callback fires.
@@ -25,7 +26,7 @@ class Message final {
     Buffer buffer;
     size_t length{0};
     // Where the reader should receive it; unset lets the reader decide.
-    optional<Device> targetDevice;
+    ::actorpipe::optional<Device> targetDevice;
     std::string metadata;
   };
   std::vector<Tensor> tensors;
@@ -45,7 +46,7 @@ class Descriptor final {
   struct Tensor {
     size_t length{0};
     Device sourceDevice;
-    optional<Device> targetDevice;
+    ::actorpipe::optional<Device> targetDevice;
     std::string metadata;
   };
   std::vector<Tensor> tensors;
@@ -66,4 +67,4 @@ class Allocation final {
   std::vector<Tensor> tensors;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include <actorpipe/runtime/fwd.h>
+
 namespace caf {
 class actor_system;
 }
@@ -24,6 +26,11 @@ struct Limits {
   size_t maxPendingPipes{1024};             // per listener: handshaking or waiting for accept()
 };
 
+}  // namespace actorpipe
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
+
 class ContextOptions {
  public:
   // Sent to peers during the handshake; what their Pipe::getRemoteName() says.
@@ -37,7 +44,7 @@ class ContextOptions {
     system_ = &system;
     return *this;
   }
-  ContextOptions& limits(Limits limits) {
+  ContextOptions& limits(::actorpipe::Limits limits) {
     limits_ = limits;
     return *this;
   }
@@ -71,7 +78,7 @@ class ContextOptions {
 
   const std::string& name() const { return name_; }
   caf::actor_system* actorSystem() const { return system_; }
-  const Limits& limits() const { return limits_; }
+  const ::actorpipe::Limits& limits() const { return limits_; }
   std::chrono::microseconds pollWindow() const { return pollWindow_; }
   std::chrono::milliseconds handshakeTimeout() const { return handshakeTimeout_; }
   const std::string& secret() const { return secret_; }
@@ -80,7 +87,7 @@ class ContextOptions {
  private:
   std::string name_;
   caf::actor_system* system_{nullptr};
-  Limits limits_;
+  ::actorpipe::Limits limits_;
   std::chrono::microseconds pollWindow_{200};
   std::chrono::milliseconds handshakeTimeout_{30000};
   std::string secret_;
@@ -113,4 +120,4 @@ class PipeOptions {
   std::optional<std::chrono::milliseconds> operationTimeout_;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

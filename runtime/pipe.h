@@ -32,6 +32,11 @@ struct PipeInfo {
   std::vector<std::string> notes;               // why each transport and channel was or was not chosen
 };
 
+}  // namespace actorpipe
+
+// In namespace tensorpipe: see runtime/fwd.h.
+namespace tensorpipe {
+
 class Pipe final {
  public:
   using read_descriptor_callback_fn = std::function<void(const Error&, Descriptor)>;
@@ -39,7 +44,7 @@ class Pipe final {
   using write_callback_fn = std::function<void(const Error&)>;
 
   // Made by Context::connect and Listener::accept, not by users.
-  Pipe(std::shared_ptr<detail::PipeCore> core, std::string remoteName);
+  Pipe(std::shared_ptr<::actorpipe::detail::PipeCore> core, std::string remoteName);
   ~Pipe();
   Pipe(const Pipe&) = delete;
   Pipe& operator=(const Pipe&) = delete;
@@ -60,17 +65,17 @@ class Pipe final {
   const std::string& getRemoteName();
 
   // Empty until the handshake completes (established == false).
-  PipeInfo info() const;
+  ::actorpipe::PipeInfo info() const;
 
   // Fails every pending operation with PipeClosedError. Idempotent.
   void close();
 
   // For actorpipe's actor layer.
-  const std::shared_ptr<detail::PipeCore>& core() const { return core_; }
+  const std::shared_ptr<::actorpipe::detail::PipeCore>& core() const { return core_; }
 
  private:
-  std::shared_ptr<detail::PipeCore> core_;
+  std::shared_ptr<::actorpipe::detail::PipeCore> core_;
   std::string remoteName_;
 };
 
-} // namespace actorpipe
+}  // namespace tensorpipe

@@ -87,8 +87,17 @@ class Listener {
   virtual void close() = 0;
 };
 
+}  // namespace actorpipe::transport
+
+// In namespace tensorpipe: see runtime/fwd.h. Names of actorpipe::transport
+// are spelled out here (an unqualified Listener would be tensorpipe::Listener).
+namespace tensorpipe::transport {
+
 class Context {
  public:
+  using Connection = ::actorpipe::transport::Connection;
+  using Listener = ::actorpipe::transport::Listener;
+
   virtual ~Context() = default;
 
   // Never fails synchronously: a connection that cannot be made fails its
@@ -124,4 +133,4 @@ class Context {
   virtual void shutdown(const Error& reason) = 0;
 };
 
-} // namespace actorpipe::transport
+}  // namespace tensorpipe::transport

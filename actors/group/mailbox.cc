@@ -3,11 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include <actorpipe/channels/basic/factory.h>
-#include <actorpipe/channels/cma/factory.h>
-#include <actorpipe/channels/xth/factory.h>
-#include <actorpipe/transports/shm/factory.h>
-#include <actorpipe/transports/uv/factory.h>
+#include <actorpipe/actors/backends.h>
 
 namespace actorpipe::group {
 
@@ -28,11 +24,7 @@ std::string peerName(int id) {
 
 std::shared_ptr<Context> makeMessagingContext(const std::string& name, const std::string& secret) {
   auto context = std::make_shared<Context>(ContextOptions().name(name).secret(secret));
-  context->registerTransport(0, "tcp", transport::uv::create());
-  context->registerTransport(10, "shm", transport::shm::create());
-  context->registerChannel(0, "basic", channel::basic::create());
-  context->registerChannel(10, "cma", channel::cma::create());
-  context->registerChannel(20, "xth", channel::xth::create());
+  registerDefaultBackends(*context);
   return context;
 }
 

@@ -9,12 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include <actorpipe/channels/basic/factory.h>
-#include <actorpipe/channels/cma/factory.h>
-#include <actorpipe/channels/mpt/factory.h>
-#include <actorpipe/channels/xth/factory.h>
-#include <actorpipe/transports/shm/factory.h>
-#include <actorpipe/transports/uv/factory.h>
+#include <actorpipe/actors/backends.h>
 
 namespace actorpipe::group {
 
@@ -98,17 +93,10 @@ Error TreeCore::start() {
                                           .name("rank " + std::to_string(info.rank))
                                           .pollWindow(pollWindow_)
                                           .secret(options.secret));
-  context_->registerTransport(0, "tcp", transport::uv::create());
-  context_->registerTransport(10, "shm", transport::shm::create());
-  context_->registerChannel(0, "basic", channel::basic::create());
-  context_->registerChannel(10, "cma", channel::cma::create());
-  context_->registerChannel(20, "xth", channel::xth::create());
-  if (options.crossHostLanes > 0) {
-    // Offered to every peer, but same-host pairs still pick cma or xth (higher
-    // priority sums); pairs on different hosts, where cma is not offered,
-    // pick mpt over basic.
-    context_->registerChannel(5, "mpt", channel::mpt::create(options.crossHostLanes, info.address));
-  }
+  DefaultBackends backends;
+  backends.mptLanes = options.crossHostLanes;  // ranks on other hosts pick mpt
+  backends.mptHost = info.address;
+  registerDefaultBackends(*context_, backends);
   listener_ = context_->listen({"shm://", "tcp://" + info.address + ":0"});
   std::string url;
   try {

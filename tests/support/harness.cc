@@ -24,12 +24,12 @@ using namespace actorpipe;
 
 std::shared_ptr<Context> makeContext(const std::string& name, ContextOptions options, bool withMpt) {
   auto context = std::make_shared<Context>(options.name(name));
-  context->registerTransport(0, "tcp", transport::uv::create());
-  context->registerTransport(10, "shm", transport::shm::create());
-  context->registerChannel(0, "basic", channel::basic::create());
-  if (withMpt) {
-    context->registerChannel(10, "mpt", channel::mpt::create(3, "127.0.0.1"));
-  }
+  // basic (and mpt) only: the tests that use this choose their channel.
+  DefaultBackends backends;
+  backends.cma = false;
+  backends.xth = false;
+  backends.mptLanes = withMpt ? 3 : 0;
+  registerDefaultBackends(*context, backends);
   return context;
 }
 
@@ -124,11 +124,7 @@ void describeStuckChild(pid_t pid) {
 
 std::shared_ptr<Context> makeFullContext(const std::string& name) {
   auto context = std::make_shared<Context>(ContextOptions().name(name));
-  context->registerTransport(0, "tcp", transport::uv::create());
-  context->registerTransport(10, "shm", transport::shm::create());
-  context->registerChannel(0, "basic", channel::basic::create());
-  context->registerChannel(10, "cma", channel::cma::create());
-  context->registerChannel(20, "xth", channel::xth::create());
+  registerDefaultBackends(*context);
   return context;
 }
 

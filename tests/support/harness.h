@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/actors/backends.h>
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
 #include <actorpipe/channels/xth/factory.h>

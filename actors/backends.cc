@@ -1,0 +1,23 @@
+#include <actorpipe/actors/backends.h>
+
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/mpt/factory.h>
+#include <actorpipe/channels/xth/factory.h>
+#include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/factory.h>
+
+namespace actorpipe {
+
+void registerDefaultBackends(Context& context, const DefaultBackends& which) {
+  context.registerTransport(0, "tcp", transport::uv::create());
+  if (which.shm) context.registerTransport(10, "shm", transport::shm::create());
+  context.registerChannel(0, "basic", channel::basic::create());
+  // Offered to every peer; same-host pairs still pick cma or xth (higher
+  // priorities), pairs on different hosts, where cma is not offered, mpt.
+  if (which.mptLanes > 0) context.registerChannel(5, "mpt", channel::mpt::create(which.mptLanes, which.mptHost));
+  if (which.cma) context.registerChannel(10, "cma", channel::cma::create());
+  if (which.xth) context.registerChannel(20, "xth", channel::xth::create());
+}
+
+}  // namespace actorpipe

@@ -1,0 +1,31 @@
+#pragma once
+// The backends every build of actorpipe has, registered under their usual
+// names and priorities in one place (the demo, the groups, the mailboxes and
+// the tests' harness all start from it). Higher priority wins when both
+// peers registered a backend; docs/architecture.md, "Negotiation".
+//
+//   transports: tcp 0, shm 10          channels: basic 0, mpt 5, cma 10, xth 20
+//
+// ibv is not among them: it needs an RDMA device (register it by hand where
+// one exists; its isViable() says whether it works here).
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <actorpipe/runtime/context.h>
+
+namespace actorpipe {
+
+struct DefaultBackends {
+  bool shm{true};
+  bool cma{true};
+  bool xth{true};
+  // mpt's lanes (TCP connections per pipe) and the address its lanes listen
+  // on; 0 lanes leaves mpt out.
+  size_t mptLanes{0};
+  std::string mptHost{"127.0.0.1"};
+};
+
+void registerDefaultBackends(Context& context, const DefaultBackends& which = DefaultBackends());
+
+}  // namespace actorpipe
