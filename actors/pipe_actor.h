@@ -23,7 +23,10 @@ using pipe_actor = caf::typed_actor<
     caf::replies_to<read_atom, Allocation>::with<ok_atom>,
     caf::reacts_to<close_atom>>;
 
-// The pipe's actor. The handle does not keep the pipe open: the Pipe object does.
+// The pipe's actor. Its handlers for this interface are a
+// pipe_actor::behavior_type (actors/detail/pipe_core.cc), so the compiler has
+// checked them against it. The handle does not keep the pipe open: the Pipe
+// object does.
 pipe_actor as_actor(const Pipe& pipe);
 pipe_actor as_actor(const std::shared_ptr<Pipe>& pipe);
 

@@ -16,7 +16,10 @@
 #include <caf/actor_companion.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>
+#include <caf/message_handler.hpp>
 #include <caf/response_promise.hpp>
+#include <caf/typed_behavior.hpp>
+#include <caf/typed_response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 #include <caf/type_erased_tuple.hpp>
@@ -120,16 +123,45 @@ void PipeCore::spawnActor() {
       }
     });
     auto closed = [] { return ACTORPIPE_ERROR(PipeClosedError); };
-    auto reply = [](caf::response_promise rp) {
+    // The typed interface (pipe_actor): the compiler checks these handlers
+    // against the interface, so the handle as_actor() returns is what it
+    // claims. Same operations as the callbacks below, answered by reply.
+    auto done = [](caf::typed_response_promise<ok_atom> rp) {
       return [rp](const Error& error) mutable {
-        if (error) {
-          rp.deliver(to_caf_error(error));
-        } else {
-          rp.deliver(ok_atom::value);
-        }
+        if (error) rp.deliver(to_caf_error(error));
+        else rp.deliver(ok_atom::value);
       };
     };
-    return {
+    pipe_actor::behavior_type typed{
+        [weak, self, closed, done](write_atom, Message& message) {
+          auto rp = self->make_response_promise<ok_atom>();
+          if (auto core = weak.lock()) core->doWrite(std::move(message), done(rp));
+          else done(rp)(closed());
+          return rp;
+        },
+        [weak, self, closed](read_descriptor_atom) {
+          auto rp = self->make_response_promise<Descriptor>();
+          auto deliver = [rp](const Error& error, Descriptor descriptor) mutable {
+            if (error) rp.deliver(to_caf_error(error));
+            else rp.deliver(std::move(descriptor));
+          };
+          if (auto core = weak.lock()) core->doReadDescriptor(std::move(deliver));
+          else deliver(closed(), Descriptor());
+          return rp;
+        },
+        [weak, self, closed, done](read_atom, Allocation& allocation) {
+          auto rp = self->make_response_promise<ok_atom>();
+          if (auto core = weak.lock()) core->doRead(std::move(allocation), done(rp));
+          else done(rp)(closed());
+          return rp;
+        },
+        [weak](close_atom) {
+          if (auto core = weak.lock()) core->fail(ACTORPIPE_ERROR(PipeClosedError));
+        },
+    };
+    // The handles' messages (Pipe's methods post these: callbacks, not
+    // replies), then the typed interface.
+    caf::message_handler internal{
         [weak, closed](write_atom, Message& message, Pipe::write_callback_fn& fn) {
           if (auto core = weak.lock()) core->doWrite(std::move(message), std::move(fn));
           else fn(closed());
@@ -142,34 +174,12 @@ void PipeCore::spawnActor() {
           if (auto core = weak.lock()) core->doRead(std::move(allocation), std::move(fn));
           else fn(closed());
         },
-        [weak](close_atom) {
-          if (auto core = weak.lock()) core->fail(ACTORPIPE_ERROR(PipeClosedError));
-        },
         [weak](close_atom, Error& reason) {
           if (auto core = weak.lock()) core->fail(reason);
         },
         [self](watch_atom, caf::actor& backend) { self->monitor(backend); },
-        // The typed interface (pipe_actor): same operations, answered by reply.
-        [weak, self, closed, reply](write_atom, Message& message) {
-          auto done = reply(self->make_response_promise());
-          if (auto core = weak.lock()) core->doWrite(std::move(message), std::move(done));
-          else done(closed());
-        },
-        [weak, self, closed](read_descriptor_atom) {
-          auto rp = self->make_response_promise();
-          auto done = [rp](const Error& error, Descriptor descriptor) mutable {
-            if (error) rp.deliver(to_caf_error(error));
-            else rp.deliver(std::move(descriptor));
-          };
-          if (auto core = weak.lock()) core->doReadDescriptor(std::move(done));
-          else done(closed(), Descriptor());
-        },
-        [weak, self, closed, reply](read_atom, Allocation& allocation) {
-          auto done = reply(self->make_response_promise());
-          if (auto core = weak.lock()) core->doRead(std::move(allocation), std::move(done));
-          else done(closed());
-        },
     };
+    return internal.or_else(typed.unbox());
   };
   actor_ = spawnOnLoop(context_->system(), *loop_, std::move(hooks));
 }
