@@ -140,7 +140,15 @@ void ContextCore::registerChannel(int64_t priority, std::string name,
   entry->name = name;
   entry->priority = priority;
   entry->context = context;
-  entry->actor = system_->spawn([](caf::event_based_actor*) -> caf::behavior {
+  // The channel's actor owns it: however the actor ends (killed, crashed,
+  // or stopped by the Context's join), the channel is closed, which fails
+  // its pending transfers and releases what it holds (mpt's lanes). The
+  // pipes using it watch the actor and fail; the supervisor retires it.
+  std::weak_ptr<channel::Context> weakChannel = context;
+  entry->actor = system_->spawn([weakChannel](caf::event_based_actor* self) -> caf::behavior {
+    self->attach_functor([weakChannel](const caf::error&) {
+      if (auto channel = weakChannel.lock()) channel->close();
+    });
     return {[](ping_atom) { return ok_atom::value; }};
   });
   caf::anon_send(supervisor_, watch_atom::value, entry->actor, std::string("channel"), name);

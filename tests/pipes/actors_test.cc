@@ -2,6 +2,7 @@
 // interface driven by requests, and supervision of transports and channels.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -166,6 +167,42 @@ TEST_CASE("a channel whose actor dies fails the pipes that use it") {
   REQUIRE(ready(f, std::chrono::seconds(10)));
   Error e = f.get();
   CHECK(e.isOfType<BackendDownError>());
+}
+
+namespace {
+// A channel that counts the times it is closed (the rest is basic's).
+class CountingChannel final : public channel::Context {
+ public:
+  std::shared_ptr<channel::Context> inner = channel::basic::create();
+  std::atomic<int> closes{0};
+  const std::vector<std::string>& deviceTypes() const override { return inner->deviceTypes(); }
+  bool isViable() const override { return inner->isViable(); }
+  const std::string& domainDescriptor() const override { return inner->domainDescriptor(); }
+  void setId(std::string id) override { inner->setId(std::move(id)); }
+  void close() override {
+    ++closes;
+    inner->close();
+  }
+  void join() override { inner->join(); }
+  bool sendsInline() const override { return inner->sendsInline(); }
+};
+}  // namespace
+
+TEST_CASE("a channel's actor owns its channel: however the actor ends, the channel is closed") {
+  auto context = std::make_shared<Context>(ContextOptions().name("owner"));
+  auto killed = std::make_shared<CountingChannel>();
+  auto kept = std::make_shared<CountingChannel>();
+  context->registerChannel(0, "killed", killed);
+  context->registerChannel(1, "kept", kept);
+  caf::anon_send_exit(channel_actor(*context, "killed"), caf::exit_reason::kill);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (killed->closes == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polling step of a deadline loop
+  }
+  CHECK(killed->closes >= 1);
+  CHECK(kept->closes == 0);
+  context->join();  // stops "kept"'s actor, which closes it
+  CHECK(kept->closes >= 1);
 }
 
 TEST_CASE("peers with different priorities agree; no common channel is a clear error") {
