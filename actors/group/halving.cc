@@ -73,9 +73,7 @@ void TreeCore::sendHalving(size_t phaseStep, int bit, size_t chunk, int contribu
   const Operation& op = *operation_;
   const bool gathering = phaseStep >= cube_.size();
   Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
-  message.metadata = "D " + std::to_string(op.sequence) + " " +
-                     std::to_string(phaseStep * op.chunks.size() + chunk) + " " +
-                     std::to_string(contributors);
+  message.metadata = encode(LinkFrame::data(op.sequence, phaseStep * op.chunks.size() + chunk, contributors));
   write(*cube_[bit], std::move(message));
 }
 

@@ -107,8 +107,7 @@ void TreeCore::beginDoubling() {
 void TreeCore::sendCube(size_t step) {
   Operation& op = *operation_;
   Message message = chunkMessage(0, op.cubeCount, op.cubeCount > 0);
-  message.metadata = "D " + std::to_string(op.sequence) + " " + std::to_string(step) + " " +
-                     std::to_string(op.cubeCount);
+  message.metadata = encode(LinkFrame::data(op.sequence, step, op.cubeCount));
   write(*cube_[step], std::move(message), [this, step] {
     operation_->cubeSent[step] = 1;
     advanceCube();

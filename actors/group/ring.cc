@@ -69,9 +69,7 @@ void TreeCore::sendRing(size_t step, size_t chunk, int contributors) {
   // Partial sums without any contribution travel empty; final values always.
   const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
   Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
-  message.metadata = "D " + std::to_string(op.sequence) + " " +
-                     std::to_string(step * op.chunks.size() + chunk) + " " +
-                     std::to_string(contributors);
+  message.metadata = encode(LinkFrame::data(op.sequence, step * op.chunks.size() + chunk, contributors));
   write(*ringNext_, std::move(message));
 }
 

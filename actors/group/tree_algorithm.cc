@@ -66,7 +66,7 @@ void TreeCore::onData(Link& link, size_t chunk, int contributors) {
       for (auto& child : links_) {
         if (child->childIndex < 0) continue;
         Message message;
-        message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
+        message.metadata = encode(LinkFrame::data(op.sequence, 0, 0));
         for (int rank : subtreeOf(tree, child->peer)) {
           size_t index = 0;
           while (op.subtree[index] != rank) ++index;
@@ -136,8 +136,7 @@ void TreeCore::descend(size_t chunk) {
 Message TreeCore::chunkMessage(size_t chunk, int contributors, bool withTensors) {
   const Operation& op = *operation_;
   Message message;
-  message.metadata = "D " + std::to_string(op.sequence) + " " + std::to_string(chunk) + " " +
-                     std::to_string(contributors);
+  message.metadata = encode(LinkFrame::data(op.sequence, chunk, contributors));
   if (withTensors) {
     for (const auto& segment : op.chunks[chunk].segments) {
       message.tensors.push_back(
@@ -233,7 +232,7 @@ void TreeCore::beginScatter() {
   for (auto& link : links_) {
     if (link->childIndex < 0) continue;
     Message message;
-    message.metadata = "D " + std::to_string(op.sequence) + " 0 0";
+    message.metadata = encode(LinkFrame::data(op.sequence, 0, 0));
     for (int rank : subtreeOf(tree, link->peer)) {
       message.tensors.push_back(outgoing(op.perRank[rank].data, mine.bytes()));
     }

@@ -131,7 +131,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
     link->toParent = true;
     link->pipe = context_->connect(table[me().parent].url);
     Message hello;
-    hello.metadata = "link " + std::to_string(info.rank);
+    hello.metadata = encode(LinkFrame::introduce(LinkFrame::Role::kTree, info.rank));
     link->pipe->write(std::move(hello), [](const Error&) {});
     links_.push_back(std::move(link));
   }
@@ -157,7 +157,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
       link->peer = next;
       link->pipe = context_->connect(table[next].url);
       Message hello;
-      hello.metadata = "ring " + std::to_string(info.rank);
+      hello.metadata = encode(LinkFrame::introduce(LinkFrame::Role::kRing, info.rank));
       link->pipe->write(std::move(hello), [](const Error&) {});
       toNext = link.get();
       links_.push_back(std::move(link));
@@ -187,7 +187,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
         if (info.rank > partner) {
           created->pipe = context_->connect(table[partner].url);
           Message hello;
-          hello.metadata = "cube " + std::to_string(info.rank);
+          hello.metadata = encode(LinkFrame::introduce(LinkFrame::Role::kCube, info.rank));
           created->pipe->write(std::move(hello), [](const Error&) {});
         }
         link = created.get();
@@ -219,15 +219,15 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
         auto self = weak.lock();
         if (!self || error) return;
         pipe->read(Allocation{}, [](const Error&) {});
-        std::istringstream in(descriptor.metadata);
-        std::string word;
-        int rank = -1;
-        if (!(in >> word >> rank) || (word != "link" && word != "ring" && word != "cube")) return;
+        LinkFrame hello;
+        if (decode(descriptor.metadata, hello) || hello.kind != LinkFrame::Kind::kIntroduce) return;
+        const int rank = hello.rank;
         Lock lock(mutex_);
         Link* link = linkTo(rank);
-        const bool expected = word == "link"   ? link && link->childIndex >= 0
-                              : word == "ring" ? link && link->ringPrev && !link->toParent
-                                               : link && link->cubeStep >= 0 && !link->toParent;
+        using Role = LinkFrame::Role;
+        const bool expected = hello.role == Role::kTree   ? link && link->childIndex >= 0
+                              : hello.role == Role::kRing ? link && link->ringPrev && !link->toParent
+                                                          : link && link->cubeStep >= 0 && !link->toParent;
         if (expected && !link->pipe) {
           link->pipe = pipe;
           changed_.notify_all();
@@ -241,7 +241,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
               " (a rank started twice, or a stranger; a group secret keeps strangers out, see "
               "docs/security.md)";
           Message refusal;
-          refusal.metadata = "error " + reason;
+          refusal.metadata = encode(LinkFrame::refuse(reason));
           pipe->write(std::move(refusal), [pipe](const Error&) {});
           if (!*acceptError) *acceptError = ACTORPIPE_ERROR(RendezvousError, reason);
           changed_.notify_all();
@@ -337,7 +337,7 @@ void TreeCore::close() {
       if (!link->pipe || link->departed) continue;
       ++*remaining;
       Message bye;
-      bye.metadata = "bye";
+      bye.metadata = encode(LinkFrame::bye());
       link->pipe->write(std::move(bye), [weak, remaining](const Error&) {
         auto self = weak.lock();
         if (!self) return;
@@ -391,20 +391,18 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     failLink(link, error);
     return;
   }
-  if (descriptor.metadata.rfind("abort ", 0) == 0) {
-    // "abort <collective> <rank> <kind> <reason>": the same error, retold by
-    // each rank, with the number of the collective its sender was in.
-    std::istringstream in(descriptor.metadata.substr(6));
-    uint64_t collective = 0;
-    int rank = -1;
-    std::string kind;
-    in >> collective >> rank >> kind;
-    std::string reason;
-    std::getline(in, reason);
-    if (!reason.empty() && reason[0] == ' ') reason.erase(0, 1);
-    Error error = kind == "rank"    ? ACTORPIPE_ERROR(RankFailedError, rank, reason)
-                  : kind == "logic" ? ACTORPIPE_ERROR(LogicError, reason)
-                                    : ACTORPIPE_ERROR(TimeoutError, reason);
+  LinkFrame frame;
+  if (Error bad = decode(descriptor.metadata, frame)) {
+    failLink(link, ACTORPIPE_ERROR(ProtocolError, "rank " + std::to_string(link.peer) + " sent " + bad.what()));
+    return;
+  }
+  if (frame.kind == LinkFrame::Kind::kAbort) {
+    // The same error, retold by each rank, with the number of the
+    // collective its sender was in.
+    const uint64_t collective = frame.collective;
+    Error error = frame.cause == LinkFrame::Cause::kRankFailed ? ACTORPIPE_ERROR(RankFailedError, frame.rank, frame.reason)
+                  : frame.cause == LinkFrame::Cause::kLogic    ? ACTORPIPE_ERROR(LogicError, frame.reason)
+                                                               : ACTORPIPE_ERROR(TimeoutError, frame.reason);
     // A sender already in a later collective than ours (the one we are in,
     // or our next) finished ours: ours can still end well, its data perhaps
     // just behind this notice on another link. Fail once ours is over. (This
@@ -421,15 +419,25 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     fail(error, collective);
     return;
   }
-  if (descriptor.metadata == "bye") {
+  if (frame.kind == LinkFrame::Kind::kRefuse) {
+    failLink(link, ACTORPIPE_ERROR(RendezvousError, "rank " + std::to_string(link.peer) + " refused the link: " + frame.reason));
+    return;
+  }
+  if (frame.kind == LinkFrame::Kind::kBye) {
     link.departed = true;  // and read no further: its end of the pipe is closing
     if (operation_ && !operation_->finished && link.consumed < expectedFrom(link)) {
       fail(ACTORPIPE_ERROR(RankFailedError, link.peer, "it left the group during a collective"));
     }
     return;
   }
+  if (frame.kind != LinkFrame::Kind::kData) {
+    failLink(link, ACTORPIPE_ERROR(ProtocolError, "rank " + std::to_string(link.peer) + " sent " +
+                                                      frame.describe() + " on an established link"));
+    return;
+  }
   link.holdsDescriptor = true;
   link.descriptor = std::move(descriptor);
+  link.frame = frame;
   pump(link);
 }
 
@@ -460,20 +468,20 @@ void TreeCore::pump(Link& link) {
 void TreeCore::consume(Link& link) {
   Operation& op = *operation_;
   const Descriptor& d = link.descriptor;
-  uint64_t sequence = 0;
-  size_t chunk = 0;
-  int contributors = 0;
+  const uint64_t sequence = link.frame.collective;
+  const uint64_t chunk = link.frame.index;
+  const int contributors = link.frame.contributors;
   const std::string from = "rank " + std::to_string(link.peer);
   // Tree messages come in chunk order; ring messages are numbered
   // step * chunks + chunk and may overtake each other across steps.
   const size_t chunks = op.chunks.size();
   const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
-  if (!parseData(d.metadata, sequence, chunk, contributors) || sequence != op.sequence ||
+  if (sequence != op.sequence ||
       (op.ring       ? chunk >= ringSteps * chunks
        : op.halving  ? chunk >= 2 * cube_.size() * chunks
        : op.doubling ? chunk != static_cast<size_t>(link.cubeStep)
                      : chunk != link.consumed)) {
-    fail(ACTORPIPE_ERROR(LogicError, from + " sent \"" + d.metadata + "\" during " + op.name +
+    fail(ACTORPIPE_ERROR(LogicError, from + " sent " + link.frame.describe() + " during " + op.name +
                                          " #" + std::to_string(op.sequence) +
                                          ": ranks called different collectives"));
     return;
@@ -584,14 +592,14 @@ void TreeCore::fail(Error error, uint64_t collective) {
 // hears it fails and passes it on, naming the same rank.
 void TreeCore::sendAbort(const Error& error, uint64_t collective) {
   int rank = -1;
-  std::string kind = "timeout";
+  LinkFrame::Cause cause = LinkFrame::Cause::kTimeout;
   std::string reason = error.what();
   if (auto failed = error.castToType<RankFailedError>()) {
     rank = failed->rank();
-    kind = "rank";
+    cause = LinkFrame::Cause::kRankFailed;
     reason = failed->reason();
   } else if (auto logic = error.castToType<LogicError>()) {
-    kind = "logic";
+    cause = LinkFrame::Cause::kLogic;
     reason = logic->reason();
   } else if (auto timeout = error.castToType<TimeoutError>()) {
     reason = timeout->reason();
@@ -599,8 +607,7 @@ void TreeCore::sendAbort(const Error& error, uint64_t collective) {
   for (auto& link : links_) {
     if (!link->pipe) continue;
     Message message;
-    message.metadata = "abort " + std::to_string(collective) + " " + std::to_string(rank) + " " +
-                       kind + " " + reason;
+    message.metadata = encode(LinkFrame::abort(collective, cause, rank, reason));
     ++abortsInFlight_;
     std::weak_ptr<TreeCore> weak = weak_from_this();
     link->pipe->write(std::move(message), [weak](const Error&) {

@@ -19,11 +19,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <actorpipe/actors/group/chunks.h>
+#include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/host_arena.h>
 #include <actorpipe/actors/group/rendezvous.h>
 #include <actorpipe/actors/group/tree.h>
@@ -49,12 +49,6 @@ inline Message::Tensor outgoing(void* data, size_t length) {
   return tensor;
 }
 
-inline bool parseData(const std::string& text, uint64_t& sequence, size_t& chunk, int& contributors) {
-  std::istringstream in(text);
-  std::string kind;
-  return (in >> kind >> sequence >> chunk >> contributors) && kind == "D";
-}
-
 // Whether this host runs more of the group's ranks than it has CPUs (then
 // nothing should poll or spin without yielding).
 bool hostOversubscribed(const RankInfo& info);
@@ -70,6 +64,7 @@ struct Link {
   bool readingDescriptor{false};
   bool holdsDescriptor{false};
   Descriptor descriptor;
+  LinkFrame frame;  // the held descriptor's, decoded: always data
   bool readingData{false};
   bool departed{false};  // the peer said goodbye (closed its Tree after its last collective)
   size_t consumed{0};  // messages of the current collective read from this link

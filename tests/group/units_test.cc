@@ -25,6 +25,7 @@
 #include <actorpipe/actors/group/environment.h>
 #include <actorpipe/actors/group/host_arena.h>
 #include <actorpipe/actors/group/errors.h>
+#include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/slurm_tree.h>
 #include <actorpipe/actors/group/tensor.h>
 #include <actorpipe/actors/group/topology.h>
@@ -159,6 +160,56 @@ TEST_CASE("a group's timeout is the library's TimeoutError") {
   CHECK(e.isOfType<actorpipe::TimeoutError>());
   CHECK(e.castToType<actorpipe::TimeoutError>()->reason() == "rank 3 never answered");
   CHECK(e.what().rfind("timeout: rank 3 never answered", 0) == 0);
+}
+
+TEST_CASE("link frames round-trip; malformed ones are protocol errors, never a partial frame") {
+  using F = actorpipe::group::LinkFrame;
+  const std::vector<F> frames = {
+      F::introduce(F::Role::kRing, 7), F::refuse("rank 1 was claimed twice"),
+      F::data(3, 17, 4), F::abort(9, F::Cause::kRankFailed, 2, "its link broke"),
+      F::abort(9, F::Cause::kTimeout, -1, "waited 5 s"), F::bye()};
+  for (const F& f : frames) {
+    F back;
+    REQUIRE(!actorpipe::group::decode(actorpipe::group::encode(f), back));
+    CHECK(back.kind == f.kind);
+    CHECK(back.describe() == f.describe());
+    CHECK(back.rank == f.rank);
+    CHECK(back.reason == f.reason);
+    CHECK(back.cause == f.cause);
+  }
+  // Every truncation of every frame, a trailing byte, unknown kinds, roles
+  // and causes, a negative rank, a reason longer than allowed: each an
+  // error naming the problem, and the output left untouched.
+  auto rejected = [](const std::string& bytes) {
+    F out = F::data(42, 42, 42);
+    actorpipe::Error e = actorpipe::group::decode(bytes, out);
+    const bool untouched = out.kind == F::Kind::kData && out.collective == 42;
+    return e.isOfType<actorpipe::ProtocolError>() && untouched;
+  };
+  for (const F& f : frames) {
+    const std::string bytes = actorpipe::group::encode(f);
+    for (size_t n = 0; n < bytes.size(); ++n) CHECK(rejected(bytes.substr(0, n)));
+    CHECK(rejected(bytes + "x"));
+  }
+  CHECK(rejected(std::string(1, '\x09')));
+  std::string badRole = actorpipe::group::encode(F::introduce(F::Role::kTree, 1));
+  badRole[1] = 9;
+  CHECK(rejected(badRole));
+  std::string negative = actorpipe::group::encode(F::introduce(F::Role::kTree, 1));
+  negative[5] = '\x80';
+  CHECK(rejected(negative));
+  std::string badCause = actorpipe::group::encode(F::abort(1, F::Cause::kLogic, 0, "x"));
+  badCause[9] = 0;
+  CHECK(rejected(badCause));
+  std::string hugeReason(1, char(F::Kind::kRefuse));
+  const uint32_t n = actorpipe::group::kMaxLinkFrameReason + 1;
+  for (int i = 0; i < 4; ++i) hugeReason.push_back(char(n >> (8 * i)));
+  hugeReason.append(n, 'r');
+  CHECK(rejected(hugeReason));
+  // A length that claims more than the frame holds is refused before any copy.
+  std::string lying(1, char(F::Kind::kRefuse));
+  lying += std::string("\xff\xff\xff\x7f", 4);
+  CHECK(rejected(lying));
 }
 
 TEST_CASE("rank info from each launcher's variables, ours first") {

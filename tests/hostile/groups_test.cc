@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <actorpipe/actors/group/environment.h>
+#include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/slurm_tree.h>
 #include <actorpipe/actors/group/tree.h>
 
@@ -367,7 +368,12 @@ TEST_CASE("without a secret, a second link claim for a linked rank is refused an
     std::istringstream table(heard);
     std::string answer, word, size, host, zeroUrl;
     CHILD_CHECK((table >> answer >> word >> size >> host >> zeroUrl) && word == "table");
-    self.send(say(context, zeroUrl, "link 1"));
+    // A link introduction as the ranks write it (actors/group/frames.h).
+    const std::string said = say(context, zeroUrl, g::encode(g::LinkFrame::introduce(g::LinkFrame::Role::kTree, 1)));
+    g::LinkFrame refusal;
+    const bool refused = said.rfind("answer ", 0) == 0 && !g::decode(said.substr(7), refusal) &&
+                         refusal.kind == g::LinkFrame::Kind::kRefuse;
+    self.send(refused ? "refused: " + refusal.reason : said.substr(0, said.find('\n')));
   });
   expectPromptFailure({&zero}, "rank 1 was claimed twice");
   // Rank 1 either was the one refused or lost its parent: no group.
