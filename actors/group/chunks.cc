@@ -9,10 +9,6 @@ size_t defaultChunkBytes(size_t totalBytes) {
   // Measured on the benchmark machine (docs/benchmarks-groups.md): a message
   // costs tens of microseconds of fixed overhead, so small calls go whole; big
   // ones are cut so that the links and the reduction overlap.
-  if (const char* forced = std::getenv("ACTORPIPE_CHUNK_BYTES")) {
-    const long value = std::atol(forced);
-    if (value > 0) return static_cast<size_t>(value);
-  }
   const size_t whole = size_t{512} << 10;
   if (totalBytes <= whole) return std::max<size_t>(totalBytes, 8);
   return std::clamp<size_t>(totalBytes / 8, size_t{256} << 10, size_t{4} << 20);

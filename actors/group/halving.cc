@@ -22,9 +22,7 @@
 namespace actorpipe::group {
 
 bool TreeCore::useHalving(size_t bytes) const {
-  if (cube_.empty() || !useRing(bytes)) return false;
-  const char* text = std::getenv("ACTORPIPE_GROUP_HALVING");
-  return text == nullptr || std::string(text) != "0";
+  return plan.halving && !cube_.empty() && useRing(bytes);
 }
 
 namespace {

@@ -17,10 +17,7 @@ namespace actorpipe::group {
 // same order, so the results are bit-identical.
 
 bool TreeCore::useExchange(size_t bytes) const {
-  if (info.worldSize != 2 || links_.size() != 1) return false;
-  if (const char* text = std::getenv("ACTORPIPE_GROUP_EXCHANGE")) {
-    if (std::string(text) == "0") return false;
-  }
+  if (!plan.exchange || info.worldSize != 2 || links_.size() != 1) return false;
   return !useRing(bytes);
 }
 
@@ -82,15 +79,10 @@ void TreeCore::settleExchange(size_t chunk) {
 // order on both, so after the last step every rank holds bytes identical to
 // every other's.
 
-bool TreeCore::doublingAllowed() {
-  const char* text = std::getenv("ACTORPIPE_GROUP_DOUBLING");
-  return text == nullptr || std::string(text) != "0";
-}
-
 // Above a few tens of KiB, sending the whole call at every step costs more
 // than the hops it saves (docs/benchmarks-groups.md).
 bool TreeCore::useDoubling(size_t bytes, size_t chunks) const {
-  return !cube_.empty() && chunks == 1 && bytes <= options.doublingThreshold;
+  return plan.doubling && !cube_.empty() && chunks == 1 && bytes <= plan.doublingThreshold;
 }
 
 void TreeCore::beginDoubling() {

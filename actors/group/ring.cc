@@ -19,21 +19,12 @@ namespace actorpipe::group {
 // where the tree's root reduces everything. Results are bit-identical on
 // every rank, as with the tree (each value is computed by one rank only).
 
-bool TreeCore::ringAllowed() {
-  const char* text = std::getenv("ACTORPIPE_GROUP_RING");
-  return text == nullptr || std::string(text) != "0";
-}
-
 bool TreeCore::useRing(size_t bytes) const {
-  if (!ringReady()) return false;
-  size_t threshold = options.ringThreshold;
-  if (const char* text = std::getenv("ACTORPIPE_RING_THRESHOLD")) threshold = std::atol(text);
-  return bytes >= threshold;
+  return plan.ring && ringReady() && bytes >= plan.ringThreshold;
 }
 
 size_t TreeCore::ringChunkBytes(size_t bytes) const {
-  if (options.chunkBytes) return options.chunkBytes;
-  if (const char* text = std::getenv("ACTORPIPE_RING_CHUNK_BYTES")) return std::atol(text);
+  if (plan.ringChunkBytes) return plan.ringChunkBytes;
   // Each segment in about four pieces, so that steps overlap, of 256 KiB to
   // 1 MiB: smaller pieces pay the per-message cost too often, larger ones
   // overlap too little (docs/benchmarks-groups.md).

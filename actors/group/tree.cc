@@ -3,6 +3,8 @@
 #include <actorpipe/actors/group/tree_core.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace actorpipe::group {
@@ -12,6 +14,59 @@ Tree::Tree(std::shared_ptr<TreeCore> core) : core_(std::move(core)) {}
 Tree::~Tree() { core_->shutdown(); }
 
 namespace {
+
+std::shared_ptr<Operation> allReduceOf(const std::vector<Tensor>& tensors, const Reduction& op,
+                                       bool contributes, size_t chunkBytes) {
+  auto operation = std::make_shared<Operation>();
+  operation->kind = Operation::Kind::kAllReduce;
+  operation->name = "allReduce";
+  operation->tensors = tensors;
+  operation->reduction = &op;
+  operation->contributes = contributes;
+  for (const auto& tensor : tensors) operation->totalBytes += tensor.bytes();
+  operation->chunks = cutIntoChunks(
+      tensors, chunkBytes ? chunkBytes : defaultChunkBytes(operation->totalBytes));
+  operation->scratchBytes = packedExtent(operation->chunks);
+  return operation;
+}
+
+
+// Every rank's plan (plan.h) against rank 0's, before any collective that
+// depends on it: rank 0's travels to all (a broadcast), each rank compares,
+// the lowest rank that differs and its first differing setting are agreed
+// on (a min all-reduce), then its value (a max all-reduce), so that every
+// rank fails with the same words. These three run on the tree, in one chunk,
+// whatever the plans say.
+Error agreeOnPlan(Tree& tree, TreeCore& core) {
+  constexpr size_t kOneChunk = size_t{1} << 20;
+  static const Reduction kMin = Reduction::min();
+  static const Reduction kMax = Reduction::max();
+  const std::vector<uint64_t> mine = core.plan.fields();
+  std::vector<int64_t> zeros(mine.begin(), mine.end());
+  auto broadcast = allReduceOf({tensorOf(zeros)}, kMin, true, kOneChunk);
+  broadcast->kind = Operation::Kind::kBroadcast;
+  broadcast->name = "broadcast";
+  if (Error error = core.run(broadcast)) return error;
+  const int64_t fields = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> first{INT64_MAX};
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (static_cast<uint64_t>(zeros[i]) != mine[i]) {
+      first[0] = int64_t{tree.rank()} * fields + static_cast<int64_t>(i);
+      break;
+    }
+  }
+  if (Error error = core.run(allReduceOf({tensorOf(first)}, kMin, true, kOneChunk))) return error;
+  if (first[0] == INT64_MAX) return Error::kSuccess;
+  const int rank = static_cast<int>(first[0] / fields);
+  const size_t field = static_cast<size_t>(first[0] % fields);
+  std::vector<int64_t> theirs{rank == tree.rank() ? static_cast<int64_t>(mine[field]) : INT64_MIN};
+  if (Error error = core.run(allReduceOf({tensorOf(theirs)}, kMax, true, kOneChunk))) return error;
+  return ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(rank) + " chose its collectives differently from rank 0: " +
+                                         CollectivePlan::fieldName(field) + " is " + std::to_string(theirs[0]) +
+                                         " there and " + std::to_string(zeros[field]) +
+                                         " on rank 0 (every rank must run with the same TreeOptions and "
+                                         "ACTORPIPE_GROUP_*/ACTORPIPE_*_BYTES settings)");
+}
 
 // Ranks on one host reduce through shared memory (host_arena.h). Rank 0
 // creates the segment and the pipes carry its name; the name is removed once
@@ -62,6 +117,7 @@ Error Tree::create(const RankInfo& info, const TreeOptions& options, std::unique
     return error;
   }
   std::unique_ptr<Tree> formed(new Tree(core));
+  if (Error error = agreeOnPlan(*formed, *core)) return error;  // ~Tree shuts the core down
   if (Error error = setUpArena(*formed, *core)) return error;  // ~Tree shuts the core down
   tree = std::move(formed);
   return Error::kSuccess;
@@ -83,24 +139,6 @@ const RankInfo& Tree::info() const { return core_->info; }
 const TreeNode& Tree::node() const { return core_->tree[core_->info.rank]; }
 std::vector<std::string> Tree::links() const { return core_->describeLinks(); }
 
-namespace {
-
-std::shared_ptr<Operation> allReduceOf(const std::vector<Tensor>& tensors, const Reduction& op,
-                                       bool contributes, size_t chunkBytes) {
-  auto operation = std::make_shared<Operation>();
-  operation->kind = Operation::Kind::kAllReduce;
-  operation->name = "allReduce";
-  operation->tensors = tensors;
-  operation->reduction = &op;
-  operation->contributes = contributes;
-  for (const auto& tensor : tensors) operation->totalBytes += tensor.bytes();
-  operation->chunks = cutIntoChunks(
-      tensors, chunkBytes ? chunkBytes : defaultChunkBytes(operation->totalBytes));
-  operation->scratchBytes = packedExtent(operation->chunks);
-  return operation;
-}
-
-} // namespace
 
 Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op) {
   return allReduce(tensors, op, Contribution::kData, nullptr);
@@ -125,7 +163,7 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
     }
   } else {
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
-                            core_->options.chunkBytes);
+                            core_->plan.chunkBytes);
     operation->exchange = core_->useExchange(total);
     operation->doubling = !operation->exchange && core_->useDoubling(total, operation->chunks.size());
   }
@@ -136,7 +174,7 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
 
 Error Tree::broadcast(const std::vector<Tensor>& tensors) {
   static const Reduction unused = Reduction::sum();
-  auto operation = allReduceOf(tensors, unused, true, core_->options.chunkBytes);
+  auto operation = allReduceOf(tensors, unused, true, core_->plan.chunkBytes);
   operation->kind = Operation::Kind::kBroadcast;
   operation->name = "broadcast";
   return core_->run(operation);

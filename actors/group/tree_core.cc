@@ -88,6 +88,7 @@ void TreeCore::shutdown() {
 }
 
 Error TreeCore::start() {
+  if (Error error = makePlan(options, plan)) return error;
   pollWindow_ = pollWindowFor(info);
   context_ = std::make_shared<Context>(ContextOptions()
                                           .name("rank " + std::to_string(info.rank))
@@ -148,7 +149,10 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
   for (const auto& member : table) oneHost = oneHost && member.host == table[0].host;
   oneHost_ = oneHost;
   const int n = info.worldSize;
-  if (oneHost && n >= 2 && ringAllowed()) {
+  // Formed whatever the plan says (every rank forms the same links, so a
+  // rank whose plan differs is found by Tree::create, not by a link that
+  // never comes).
+  if (oneHost && n >= 2) {
     const int next = (info.rank + 1) % n;
     const int prev = (info.rank + n - 1) % n;
     Link* toNext = linkTo(next);
@@ -177,7 +181,7 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
   // Recursive doubling's partners (r xor 2^k), for power-of-two groups of
   // four or more on one host; the higher rank of a pair connects.
   const bool powerOfTwo = n >= 4 && (n & (n - 1)) == 0;
-  if (oneHost && powerOfTwo && doublingAllowed()) {
+  if (oneHost && powerOfTwo) {
     for (int step = 0; (1 << step) < n; ++step) {
       const int partner = info.rank ^ (1 << step);
       Link* link = linkTo(partner);

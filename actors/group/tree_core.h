@@ -25,6 +25,7 @@
 #include <actorpipe/actors/group/chunks.h>
 #include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/host_arena.h>
+#include <actorpipe/actors/group/plan.h>
 #include <actorpipe/actors/group/rendezvous.h>
 #include <actorpipe/actors/group/tree.h>
 #include <actorpipe/runtime/context.h>
@@ -177,6 +178,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
 
   RankInfo info;
   TreeOptions options;
+  CollectivePlan plan;  // set by start(), the same on every rank (Tree::create checks)
   std::vector<TreeNode> tree;
 
  private:
@@ -196,8 +198,6 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void onRingData(size_t index, int contributors);
   void sendRing(size_t step, size_t chunk, int contributors);
   bool ringReady() const { return ringNext_ != nullptr; }
-  static bool ringAllowed();
-  static bool doublingAllowed();
   void descend(size_t chunk);
   void beginScatter();
   // `sent` (if set) runs under the lock once the peer has the message.

@@ -490,6 +490,25 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (!args.empty() && args[0] == "disagree") {
+    // The test gives one rank other collective settings: every rank's
+    // Tree::create fails at once with the same words, naming that rank and
+    // the setting; none hangs.
+    const std::string rank = args.at(1);
+    std::unique_ptr<Tree> tree;
+    const auto start = Clock::now();
+    actorpipe::Error error = Tree::fromEnvironment(options, tree);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    expect(static_cast<bool>(error), "the group formed although rank " + rank + " chose differently");
+    expect(error.isOfType<actorpipe::LogicError>(), "not a LogicError: " + error.what());
+    expect(error.what().find("rank " + rank + " chose its collectives differently from rank 0: " + args.at(2)) !=
+               std::string::npos,
+           "the error does not name rank " + rank + " and " + args.at(2) + ": " + error.what());
+    expect(seconds < 15, "the failure took " + std::to_string(seconds) + " s");
+    std::printf("saw: %s\n", error.what().c_str());
+    return 0;
+  }
+
   std::unique_ptr<Tree> tree;
   SlurmPlacement placement;
   int tasksPerGpu = 1;
