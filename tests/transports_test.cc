@@ -6,11 +6,15 @@
 
 #include <csignal>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 
 #include <actorpipe/runtime/detail/check.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/ibv/factory.h>
+#include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/factory.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
 #include "support/harness.h"
@@ -143,4 +147,76 @@ TEST_CASE("a loop-only method called from another thread breaks a contract check
   loop.post([&] { loop.after(std::chrono::milliseconds(1), [&] { done.set_value(true); }); });
   auto f = done.get_future();
   REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+}
+
+// The contract every transport's connection keeps through their shared base
+// (transports/detail/connection_base.h): once closed, the peer-gone notice
+// fires once with the close's reason, and reads and writes asked later fail
+// with that reason on the loop's next turn, in the order they were asked,
+// never inside the call that asked.
+TEST_CASE("a closed connection fails later operations with its reason, on the next turn, in order") {
+  struct Case {
+    const char* name;
+    std::shared_ptr<transport::Context> context;
+    std::string address;
+  };
+  for (Case c : {Case{"uv", transport::uv::create(), "127.0.0.1:0"}, Case{"shm", transport::shm::create(), ""}}) {
+    CAPTURE(c.name);
+    auto listener = c.context->listen(c.address);
+    REQUIRE(!listener->addr().empty());
+    std::promise<std::shared_ptr<transport::Connection>> accepted;
+    listener->accept([&](const Error& e, std::shared_ptr<transport::Connection> conn) {
+      accepted.set_value(e ? nullptr : conn);
+    });
+    auto conn = c.context->connect(listener->addr());
+    auto acceptedFuture = accepted.get_future();
+    REQUIRE(acceptedFuture.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    auto server = acceptedFuture.get();
+    REQUIRE(server != nullptr);
+
+    std::atomic<int> notices{0};
+    Error notice;
+    conn->onPeerGone([&](const Error& e) {
+      notice = e;
+      ++notices;
+    });
+    conn->close(ACTORPIPE_ERROR(LogicError, "closed by the test"));
+
+    struct Seen {
+      bool inside{false};
+      int order{-1};
+      Error error;
+    };
+    std::promise<void> done;
+    Seen read, write;
+    std::atomic<int> next{0};
+    char byte = 0;
+    std::atomic<bool> inside{false};  // the posted call below is running
+    c.context->loop().post([&] {
+      inside = true;
+      conn->read(&byte, 1, [&](const Error& e) {
+        read = Seen{inside.load(), next++, e};
+      });
+      conn->write(&byte, 1, [&](const Error& e) {
+        write = Seen{inside.load(), next++, e};
+        done.set_value();
+      });
+      inside = false;
+    });
+    auto f = done.get_future();
+    REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK_FALSE(read.inside);
+    CHECK_FALSE(write.inside);
+    CHECK(read.order == 0);
+    CHECK(write.order == 1);
+    CHECK(read.error.isOfType<LogicError>());
+    CHECK(write.error.isOfType<LogicError>());
+    CHECK(notices == 1);
+    CHECK(notice.isOfType<LogicError>());
+    conn->close();  // again: nothing more happens
+    server->close();
+    c.context->close();
+    c.context->join();
+    CHECK(notices == 1);
+  }
 }

@@ -24,7 +24,7 @@ Error verbsError(const std::string& what, int error = errno) {
 
 IbvConnection::IbvConnection(detail::Loop& loop, std::shared_ptr<Device> device,
                              std::shared_ptr<Connection> bootstrap, std::string peer)
-    : loop_(loop), device_(std::move(device)), bootstrap_(std::move(bootstrap)), peer_(std::move(peer)) {}
+    : ConnectionBase(loop, std::move(peer)), device_(std::move(device)), bootstrap_(std::move(bootstrap)) {}
 
 IbvConnection::~IbvConnection() {
   if (qp_) ibv_destroy_qp(qp_);
@@ -137,11 +137,7 @@ void IbvConnection::start(std::function<void(const Error&)> ready) {
     self->bootstrap_->onPeerGone([weak](const Error& e) {
       auto me = weak.lock();
       if (!me) return;
-      if (me->peerGoneFn_) {
-        auto fn = std::move(me->peerGoneFn_);
-        me->peerGoneFn_ = nullptr;
-        fn(e);
-      }
+      me->tellPeerGone(e);
       me->pollCompletions();
       me->serveReads();
       me->closeInLoop(e);
@@ -291,41 +287,18 @@ bool IbvConnection::prepareToSleep() {
   return !pollCompletions();
 }
 
-void IbvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, ptr, length, fn] {
-    if (self->error_) return fn(self->error_);
-    self->reads_.push_back({static_cast<uint8_t*>(ptr), length, 0, fn});
-    if (!self->pumping_) self->serveReads();
-  }, fn);
-}
-
-void IbvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, slices, fn] {
-    if (self->error_) return fn(self->error_);
-    WriteOp op;
-    op.slices = slices;
-    op.fn = fn;
-    self->writes_.push_back(std::move(op));
-    self->pushWrites();
-  }, fn);
-}
-
-void IbvConnection::close(Error reason) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
+void IbvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
+  if (refuseWrite(fn, error_)) return;
+  WriteOp op;
+  op.slices = std::move(slices);
+  op.fn = std::move(fn);
+  writes_.push_back(std::move(op));
+  pushWrites();
 }
 
 void IbvConnection::closeInLoop(const Error& reason) {
-  ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) return;
-  error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
-  if (peerGoneFn_) {
-    auto fn = std::move(peerGoneFn_);
-    peerGoneFn_ = nullptr;
-    fn(error_);
-  }
+  if (!startClosing(reason)) return;
   if (polled_) {
     loop_.removePoller(this);
     polled_ = false;
@@ -336,12 +309,12 @@ void IbvConnection::closeInLoop(const Error& reason) {
     ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
   }
   bootstrap_->close(error_);
-  auto reads = std::move(reads_);
+  auto reads = takeReads();
   auto writes = std::move(writes_);
   auto completed = std::move(completed_);
   auto keep = std::move(self_);
   for (auto& fn : completed) fn(Error());
-  for (auto& op : reads) op.fn(error_);
+  failReads(reads);
   for (auto& op : writes) op.fn(error_);
 }
 

@@ -15,13 +15,13 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/context.h>
+#include <actorpipe/transports/detail/connection_base.h>
 #include <actorpipe/transports/ibv/device.h>
 
 namespace actorpipe::transport::ibv {
 
-class IbvConnection final : public Connection,
-                            public detail::Loop::Poller,
-                            public std::enable_shared_from_this<IbvConnection> {
+class IbvConnection final : public detail::ConnectionBase<IbvConnection>,
+                            public detail::Loop::Poller {
  public:
   IbvConnection(detail::Loop& loop, std::shared_ptr<Device> device,
                 std::shared_ptr<Connection> bootstrap, std::string peer);
@@ -33,12 +33,6 @@ class IbvConnection final : public Connection,
   // Loop thread: the completion channel fired for our completion queue.
   void onCompletionEvent() { notified_ = false; }
   ibv_cq* cq() const { return cq_; }
-
-  void read(void* ptr, size_t length, read_callback_fn fn) override;
-  void write(std::vector<Slice> slices, write_callback_fn fn) override;
-  void close(Error reason) override;
-  std::string peerAddress() const override { return peer_; }
-  void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
 
   bool poll() override;
   bool prepareToSleep() override;
@@ -55,12 +49,7 @@ class IbvConnection final : public Connection,
     uint32_t mtu;
   } __attribute__((packed));
 
-  struct ReadOp {
-    uint8_t* ptr;
-    size_t length;
-    size_t done;
-    read_callback_fn fn;
-  };
+  friend class detail::ConnectionBase<IbvConnection>;
   struct WriteOp {
     std::vector<Slice> slices;
     size_t slice{0};
@@ -75,12 +64,12 @@ class IbvConnection final : public Connection,
   bool serveReads();
   bool pushWrites();
   bool completeWrites();
+  void pumpReads() { serveReads(); }
+  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
 
-  detail::Loop& loop_;
   std::shared_ptr<Device> device_;
   std::shared_ptr<Connection> bootstrap_;
-  std::string peer_;
   ibv_cq* cq_{nullptr};
   ibv_qp* qp_{nullptr};
   ibv_mr* recvMr_{nullptr};
@@ -95,12 +84,8 @@ class IbvConnection final : public Connection,
   bool ready_{false};
   bool notified_{false};
   bool polled_{false};
-  bool pumping_{false};
-  Error error_;
-  std::function<void(const Error&)> peerGoneFn_;
   std::shared_ptr<IbvConnection> self_;
 
-  std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
   std::deque<write_callback_fn> completed_;
 };

@@ -34,7 +34,7 @@ Error systemError(const std::string& what, int error = errno) {
 }  // namespace
 
 ShmConnection::ShmConnection(detail::Loop& loop, std::string peer)
-    : loop_(loop), peer_(std::move(peer)) {}
+    : ConnectionBase(loop, std::move(peer)) {}
 
 ShmConnection::~ShmConnection() {
   if (outMap_ != nullptr) ::munmap(outMap_, mapSize_);
@@ -243,11 +243,7 @@ void ShmConnection::peerGone() {
   if (poll_ != nullptr) {
     uv_poll_stop(poll_);
   }
-  if (peerGoneFn_) {
-    auto fn = std::move(peerGoneFn_);
-    peerGoneFn_ = nullptr;
-    fn(ACTORPIPE_ERROR(EOFError));
-  }
+  tellPeerGone(ACTORPIPE_ERROR(EOFError));
   serveReads();
   if (!reads_.empty() || !writes_.empty()) {
     closeInLoop(ACTORPIPE_ERROR(EOFError));
@@ -376,36 +372,10 @@ void ShmConnection::awake() {
 
 // --- operations -------------------------------------------------------------------
 
-void ShmConnection::read(void* ptr, size_t length, read_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); },
-                 fn);
-}
-
-void ShmConnection::readInLoop(ReadOp op) {
-  ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) {
-    auto err = error_;
-    auto fn = std::move(op.fn);
-    loop_.post([fn, err] { fn(err); });
-    return;
-  }
-  reads_.push_back(std::move(op));
-  if (!pumping_) serveReads();
-}
-
-void ShmConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, slices, fn] { self->writeInLoop(slices, fn); }, fn);
-}
-
 void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
   ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_ || peerGone_) {
-    Error err = error_ ? error_ : ACTORPIPE_ERROR(EOFError);
-    loop_.post([fn = std::move(fn), err] { fn(err); });
-    return;
-  }
+  // Nobody reads the ring once the peer is gone.
+  if (refuseWrite(fn, error_ ? error_ : peerGone_ ? ACTORPIPE_ERROR(EOFError) : Error())) return;
   WriteOp op;
   op.slices = std::move(slices);
   op.fn = std::move(fn);
@@ -413,30 +383,17 @@ void ShmConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn)
   pushWrites();  // now: the reader may be polling for exactly these bytes
 }
 
-void ShmConnection::close(Error reason) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
-}
-
 void ShmConnection::closeInLoop(const Error& reason) {
-  ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) return;
-  error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+  if (!startClosing(reason)) return;
   if (setupTimer_ != 0) {
     loop_.cancel(setupTimer_);
     setupTimer_ = 0;
-  }
-  if (peerGoneFn_) {
-    auto fn = std::move(peerGoneFn_);
-    peerGoneFn_ = nullptr;
-    fn(error_);
   }
   if (polled_) {
     loop_.removePoller(this);
     polled_ = false;
   }
-  auto reads = std::move(reads_);
-  reads_.clear();
+  auto reads = takeReads();
   auto writes = std::move(writes_);
   writes_.clear();
   auto completed = std::move(completed_);
@@ -459,7 +416,7 @@ void ShmConnection::closeInLoop(const Error& reason) {
   std::shared_ptr<ShmConnection> keep;
   if (!hadHandle) keep = std::move(self_);
   for (auto& fn : completed) fn(Error());
-  for (auto& op : reads) op.fn(error_);
+  failReads(reads);
   for (auto& op : writes) op.fn(error_);
 }
 

@@ -22,13 +22,13 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/context.h>
+#include <actorpipe/transports/detail/connection_base.h>
 #include <actorpipe/transports/shm/ring.h>
 
 namespace actorpipe::transport::shm {
 
-class ShmConnection final : public Connection,
-                            public detail::Loop::Poller,
-                            public std::enable_shared_from_this<ShmConnection> {
+class ShmConnection final : public detail::ConnectionBase<ShmConnection>,
+                            public detail::Loop::Poller {
  public:
   using ready_fn = std::function<void(const Error&, std::shared_ptr<ShmConnection>)>;
 
@@ -53,11 +53,6 @@ class ShmConnection final : public Connection,
     if (!ready_ && !error_) failSetup(error);
   }
 
-  void read(void* ptr, size_t length, read_callback_fn fn) override;
-  void write(std::vector<Slice> slices, write_callback_fn fn) override;
-  void close(Error reason) override;
-  std::string peerAddress() const override { return peer_; }
-  void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
   // SO_PEERCRED: the process that connected (or listened), as the kernel saw it.
   std::optional<actorpipe::detail::PeerProcess> peerProcess() const override;
 
@@ -66,12 +61,7 @@ class ShmConnection final : public Connection,
   void awake() override;
 
  private:
-  struct ReadOp {
-    uint8_t* ptr;
-    size_t length;
-    size_t done;
-    read_callback_fn fn;
-  };
+  friend class detail::ConnectionBase<ShmConnection>;
   struct WriteOp {
     std::vector<Slice> slices;
     size_t slice{0};
@@ -79,7 +69,7 @@ class ShmConnection final : public Connection,
     write_callback_fn fn;
   };
 
-  void readInLoop(ReadOp op);
+  void pumpReads() { serveReads(); }
   void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
   Error mapRings(int outFd, int inFd, size_t ringSize);
@@ -95,8 +85,6 @@ class ShmConnection final : public Connection,
   bool completeWrites();
   void kick();
 
-  detail::Loop& loop_;
-  std::string peer_;
   int fd_{-1};
   uv_poll_t* poll_{nullptr};
   void* outMap_{nullptr};
@@ -108,14 +96,10 @@ class ShmConnection final : public Connection,
   Ring in_;
   bool ready_{false};
   bool peerGone_{false};
-  bool pumping_{false};
   bool polled_{false};
-  Error error_;
   ready_fn onReady_;
-  std::function<void(const Error&)> peerGoneFn_;
   std::shared_ptr<ShmConnection> self_;  // alive while the loop watches us
 
-  std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
   std::deque<write_callback_fn> completed_;
 };

@@ -34,7 +34,7 @@ struct UvConnection::WriteOp {
 };
 
 UvConnection::UvConnection(detail::Loop& loop, std::string peer)
-    : loop_(loop), peer_(std::move(peer)) {}
+    : ConnectionBase(loop, std::move(peer)) {}
 
 UvConnection::~UvConnection() = default;
 
@@ -88,30 +88,10 @@ void UvConnection::onConnected(int status) {
   updateReading();
 }
 
-void UvConnection::read(void* ptr, size_t length, read_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); },
-                 fn);
-}
-
-void UvConnection::readInLoop(ReadOp op) {
-  ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) {
-    auto err = error_;
-    auto fn = std::move(op.fn);
-    loop_.post([fn, err] { fn(err); });
-    return;
-  }
-  reads_.push_back(std::move(op));
-  if (!pumping_) {
-    pump();  // a read asked from a read's callback is served by the outer pump
-  }
-}
-
 // Serves queued reads from the staging buffer, then decides whether the
 // socket should keep reading: it reads ahead into staging while there is room,
 // so the next frame header is usually here before anyone asks for it.
-void UvConnection::pump() {
+void UvConnection::pumpReads() {
   pumping_ = true;
   while (!reads_.empty() && !error_) {
     ReadOp& op = reads_.front();
@@ -148,12 +128,8 @@ void UvConnection::peerGone() {
     uv_read_stop(reinterpret_cast<uv_stream_t*>(handle_));
     reading_ = false;
   }
-  if (peerGoneFn_) {
-    auto fn = std::move(peerGoneFn_);
-    peerGoneFn_ = nullptr;
-    fn(ACTORPIPE_ERROR(EOFError));
-  }
-  if (!error_) pump();
+  tellPeerGone(ACTORPIPE_ERROR(EOFError));
+  if (!error_) pumpReads();
 }
 
 void UvConnection::updateReading() {
@@ -222,21 +198,12 @@ void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   } else {
     self->stagingEnd_ += static_cast<size_t>(nread);
   }
-  self->pump();
-}
-
-void UvConnection::write(std::vector<Slice> slices, write_callback_fn fn) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, slices, fn] { self->writeInLoop(slices, fn); }, fn);
+  self->pumpReads();
 }
 
 void UvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
   ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) {
-    auto err = error_;
-    loop_.post([fn = std::move(fn), err] { fn(err); });
-    return;
-  }
+  if (refuseWrite(fn, error_)) return;
   auto* op = new WriteOp;
   op->req.data = op;
   op->fn = std::move(fn);
@@ -284,24 +251,9 @@ void UvConnection::onWrite(uv_write_t* req, int status) {
   fn(owner->error_);
 }
 
-void UvConnection::close(Error reason) {
-  auto self = shared_from_this();
-  detail::inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
-}
-
 void UvConnection::closeInLoop(const Error& reason) {
-  ACTORPIPE_DCHECK(loop_.ownsState());
-  if (error_) {
-    return;
-  }
-  error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
-  if (peerGoneFn_) {
-    auto fn = std::move(peerGoneFn_);
-    peerGoneFn_ = nullptr;
-    fn(error_);
-  }
-  auto reads = std::move(reads_);
-  reads_.clear();
+  if (!startClosing(reason)) return;
+  auto reads = takeReads();
   auto early = std::move(writesBeforeConnect_);
   writesBeforeConnect_.clear();
   if (handle_ != nullptr) {
@@ -318,9 +270,7 @@ void UvConnection::closeInLoop(const Error& reason) {
       self->self_.reset();  // may destroy *self
     });
   }
-  for (auto& op : reads) {
-    op.fn(error_);
-  }
+  failReads(reads);
   for (auto* op : early) {
     auto fn = std::move(op->fn);
     delete op;

@@ -10,11 +10,11 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/context.h>
+#include <actorpipe/transports/detail/connection_base.h>
 
 namespace actorpipe::transport::uv {
 
-class UvConnection final : public Connection,
-                           public std::enable_shared_from_this<UvConnection> {
+class UvConnection final : public detail::ConnectionBase<UvConnection> {
  public:
   // Takes a handle already connected (accepted), or none yet (connecting).
   UvConnection(detail::Loop& loop, std::string peer);
@@ -26,27 +26,16 @@ class UvConnection final : public Connection,
   // Loop thread: fail at once (e.g. the address did not parse).
   void failConnect(const Error& error);
 
-  void read(void* ptr, size_t length, read_callback_fn fn) override;
-  void write(std::vector<Slice> slices, write_callback_fn fn) override;
-  void close(Error reason) override;
-  std::string peerAddress() const override { return peer_; }
-  void onPeerGone(std::function<void(const Error&)> fn) override { peerGoneFn_ = std::move(fn); }
 
  private:
-  struct ReadOp {
-    uint8_t* ptr;
-    size_t length;
-    size_t done;
-    read_callback_fn fn;
-  };
+  friend class detail::ConnectionBase<UvConnection>;
   struct WriteOp;
 
-  void readInLoop(ReadOp op);
+  void pumpReads();
   void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
   void issueWrite(WriteOp* op);
   void onConnected(int status);
-  void pump();
   void peerGone();
   void updateReading();
 
@@ -54,20 +43,14 @@ class UvConnection final : public Connection,
   static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
   static void onWrite(uv_write_t* req, int status);
 
-  detail::Loop& loop_;
-  std::string peer_;
   uv_tcp_t* handle_{nullptr};
   bool connected_{false};
   bool reading_{false};
   bool directRead_{false};
-  bool pumping_{false};
   bool peerGone_{false};
-  std::function<void(const Error&)> peerGoneFn_;
-  Error error_;
   // Keeps us alive while libuv holds our handle.
   std::shared_ptr<UvConnection> self_;
 
-  std::deque<ReadOp> reads_;
   std::vector<uint8_t> staging_;
   size_t stagingBegin_{0};
   size_t stagingEnd_{0};

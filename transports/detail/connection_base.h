@@ -1,0 +1,130 @@
+#pragma once
+// What every transport's connection does the same way (uv, shm, ibv), so
+// that they behave alike and each file holds only what its medium needs:
+//
+//  - read(), write(), close() may be called from any thread; they hop onto
+//    the connection's loop (not when the caller is on it already) and are
+//    refused with ContextClosedError once the loop has stopped;
+//  - reads queue in the order they were asked for; a read or write asked of
+//    a failed connection fails with the connection's error on the loop's
+//    next turn, never inside the call that asked;
+//  - closing happens once: the first reason sticks (EOF when none is
+//    given), the peer-gone notice fires (once, before anything else is
+//    failed), and every queued read then fails with that reason, in order.
+//
+// Derived (CRTP) provides, all on the loop thread:
+//   void pumpReads();                                    serve reads_ (not re-entered: see pumping_)
+//   void writeInLoop(std::vector<Slice>, write_callback_fn);
+//   void closeInLoop(const Error& reason);               startClosing(), release, failReads()
+// and befriends ConnectionBase<Derived> for them.
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/transports/context.h>
+#include <actorpipe/transports/detail/in_loop.h>
+
+namespace actorpipe::detail {
+
+template <typename Derived>
+class ConnectionBase : public transport::Connection, public std::enable_shared_from_this<Derived> {
+ public:
+  using Connection = transport::Connection;
+  using Slice = transport::Slice;
+  using Connection::close;
+  using Connection::write;
+
+  void read(void* ptr, size_t length, read_callback_fn fn) final {
+    auto self = this->shared_from_this();
+    inLoop(
+        loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); }, fn);
+  }
+  void write(std::vector<Slice> slices, write_callback_fn fn) final {
+    auto self = this->shared_from_this();
+    inLoop(
+        loop_, [self, slices = std::move(slices), fn]() mutable { self->writeInLoop(std::move(slices), fn); }, fn);
+  }
+  void close(Error reason) final {
+    auto self = this->shared_from_this();
+    inLoop(loop_, [self, reason] { self->closeInLoop(reason); }, [](const Error&) {});
+  }
+  std::string peerAddress() const final { return peer_; }
+  void onPeerGone(std::function<void(const Error&)> fn) final { peerGoneFn_ = std::move(fn); }
+
+ protected:
+  struct ReadOp {
+    uint8_t* ptr;
+    size_t length;
+    size_t done;
+    read_callback_fn fn;
+  };
+
+  ConnectionBase(Loop& loop, std::string peer) : loop_(loop), peer_(std::move(peer)) {}
+
+  void readInLoop(ReadOp op) {
+    ACTORPIPE_DCHECK(loop_.ownsState());
+    if (error_) return failLater(std::move(op.fn), error_);
+    reads_.push_back(std::move(op));
+    // A read asked from a read's callback is served by the pump running it.
+    if (!pumping_) derived().pumpReads();
+  }
+
+  // A write on a failed connection: fails it on the next turn; true if so.
+  bool refuseWrite(write_callback_fn& fn, const Error& why) {
+    if (!why) return false;
+    failLater(std::move(fn), why);
+    return true;
+  }
+
+  // The first step of every closeInLoop: false if the connection was closed
+  // already (then do nothing). Sets the error and gives the peer-gone notice.
+  bool startClosing(const Error& reason) {
+    ACTORPIPE_DCHECK(loop_.ownsState());
+    if (error_) return false;
+    error_ = reason ? reason : ACTORPIPE_ERROR(EOFError);
+    tellPeerGone(error_);
+    return true;
+  }
+
+  // The peer closed its end or died: tell whoever asked, once.
+  void tellPeerGone(const Error& why) {
+    if (!peerGoneFn_) return;
+    auto fn = std::move(peerGoneFn_);
+    peerGoneFn_ = nullptr;
+    fn(why);
+  }
+
+  // The queued reads, taken out before a close releases anything, and
+  // failed with the connection's error after.
+  std::deque<ReadOp> takeReads() {
+    std::deque<ReadOp> reads = std::move(reads_);
+    reads_.clear();
+    return reads;
+  }
+  void failReads(std::deque<ReadOp>& reads) {
+    for (auto& op : reads) op.fn(error_);
+    reads.clear();
+  }
+
+  Loop& loop_;
+  const std::string peer_;
+  Error error_;
+  bool pumping_{false};  // Derived::pumpReads is running
+  std::deque<ReadOp> reads_;
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
+  template <typename Fn>
+  void failLater(Fn fn, Error why) {
+    loop_.post([fn = std::move(fn), why] { fn(why); });
+  }
+
+  std::function<void(const Error&)> peerGoneFn_;
+};
+
+}  // namespace actorpipe::detail
