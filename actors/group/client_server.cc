@@ -1,5 +1,7 @@
 #include <actorpipe/actors/group/client_server.h>
 
+#include <actorpipe/actors/group/frames.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -20,10 +22,20 @@ std::string tcpUrl(const std::string& host, int port) {
   return "tcp://" + (ip.empty() ? host : ip) + ":" + std::to_string(port);
 }
 
-Message textMessage(std::string text) {
+Message clientIntroduction(int id) {
   Message message;
-  message.metadata = std::move(text);
+  message.metadata = encode(LinkFrame::introduce(LinkFrame::Role::kClient, id));
   return message;
+}
+
+// The client's introduction (id 0) or the server's answer to it.
+bool isClientIntroduction(const std::string& bytes, int& id) {
+  LinkFrame frame;
+  if (decode(bytes, frame) || frame.kind != LinkFrame::Kind::kIntroduce || frame.role != LinkFrame::Role::kClient) {
+    return false;
+  }
+  id = frame.rank;
+  return true;
 }
 
 } // namespace
@@ -52,12 +64,13 @@ struct ServerAcceptor : std::enable_shared_from_this<ServerAcceptor> {
       }
       pipe->readDescriptor([weak, pipe](const Error& error, Descriptor descriptor) {
         auto self = weak.lock();
-        if (!self || error || descriptor.metadata != "client") return;
+        int ignored = 0;
+        if (!self || error || !isClientIntroduction(descriptor.metadata, ignored)) return;
         pipe->read(Allocation{}, [weak, pipe](const Error& error) {
           auto self = weak.lock();
           if (!self || error) return;
           const int id = self->nextClient++;
-          pipe->write(textMessage("welcome " + std::to_string(id)), [](const Error&) {});
+          pipe->write(clientIntroduction(id), [](const Error&) {});
           if (auto mailbox = self->mailbox.lock()) mailbox->add(id, pipe);
         });
       });
@@ -152,7 +165,7 @@ Error Client::connect(const std::string& host, int port, Timeout retryFor,
   Error last;
   for (;;) {
     auto pipe = created->mailbox_->context().connect(url);
-    pipe->write(textMessage("client"), [](const Error&) {});
+    pipe->write(clientIntroduction(0), [](const Error&) {});
     struct Answer {
       std::mutex mutex;
       std::condition_variable cv;
@@ -174,9 +187,10 @@ Error Client::connect(const std::string& host, int port, Timeout retryFor,
                             [&] { return answer->done; });
     }
     std::lock_guard<std::mutex> lock(answer->mutex);
-    if (answer->done && !answer->error && answer->text.rfind("welcome ", 0) == 0) {
+    int id = -1;
+    if (answer->done && !answer->error && isClientIntroduction(answer->text, id)) {
       pipe->read(Allocation{}, [](const Error&) {});
-      created->id_ = std::atoi(answer->text.substr(8).c_str());
+      created->id_ = id;
       created->mailbox_->add(-1, pipe);
       client = std::move(created);
       return Error::kSuccess;
@@ -184,8 +198,8 @@ Error Client::connect(const std::string& host, int port, Timeout retryFor,
     pipe->close();
     last = !answer->done ? ACTORPIPE_ERROR(TimeoutError, "the server at " + url + " did not answer")
            : answer->error ? answer->error
-                           : ACTORPIPE_ERROR(ProtocolError, "unexpected answer \"" + answer->text +
-                                                                "\" from " + url);
+                           : ACTORPIPE_ERROR(ProtocolError, "the server at " + url +
+                                                                " answered with something other than a client id");
     // Refused for the secret: trying again would only be refused again.
     if (last.isOfType<AuthenticationError>()) return last;
     if (Clock::now() + std::chrono::milliseconds(50) >= deadline) return last;

@@ -98,7 +98,7 @@ Error decode(const std::string& bytes, LinkFrame& out) {
     case uint8_t(LinkFrame::Kind::kIntroduce): {
       f.kind = LinkFrame::Kind::kIntroduce;
       const uint8_t role = r.u8();
-      if (!r.failed() && (role < uint8_t(LinkFrame::Role::kTree) || role > uint8_t(LinkFrame::Role::kCube))) {
+      if (!r.failed() && (role < uint8_t(LinkFrame::Role::kTree) || role > uint8_t(LinkFrame::Role::kClient))) {
         r.fail("unknown link role " + std::to_string(role));
       }
       f.role = static_cast<LinkFrame::Role>(role);
@@ -136,6 +136,141 @@ Error decode(const std::string& bytes, LinkFrame& out) {
   }
   Error error = r.finish("group link");
   if (!error) out = std::move(f);
+  return error;
+}
+
+RendezvousFrame RendezvousFrame::hello(int rank, int worldSize, Member member) {
+  RendezvousFrame f;
+  f.kind = Kind::kHello;
+  f.rank = rank;
+  f.worldSize = worldSize;
+  f.member = std::move(member);
+  return f;
+}
+
+RendezvousFrame RendezvousFrame::tableOf(std::vector<Member> members) {
+  RendezvousFrame f;
+  f.kind = Kind::kTable;
+  f.table = std::move(members);
+  return f;
+}
+
+RendezvousFrame RendezvousFrame::failure(std::string reason) {
+  RendezvousFrame f;
+  f.kind = Kind::kFailure;
+  f.reason = std::move(reason);
+  return f;
+}
+
+namespace {
+
+void writeMember(wire::Writer& w, const Member& m) {
+  w.str(m.host);
+  w.str(m.url);
+}
+
+// Printable ASCII, no spaces: these end up in logs, error messages and
+// connect() calls.
+bool printable(const std::string& text) {
+  for (unsigned char c : text) {
+    if (c <= ' ' || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+Member readMember(wire::Reader& r) {
+  Member m;
+  m.host = r.str("host");
+  m.url = r.str("url");
+  if (r.failed()) return m;
+  if (m.host.empty() || m.host.size() > kMaxHostBytes || !printable(m.host)) {
+    r.fail("a host name that is empty, longer than " + std::to_string(kMaxHostBytes) +
+           " bytes, or not printable");
+  } else if (m.url.empty() || m.url.size() > kMaxUrlBytes || !printable(m.url)) {
+    r.fail("a URL that is empty, longer than " + std::to_string(kMaxUrlBytes) + " bytes, or not printable");
+  }
+  return m;
+}
+
+}  // namespace
+
+std::string encode(const RendezvousFrame& f) {
+  wire::Writer w;
+  w.u8(static_cast<uint8_t>(f.kind));
+  switch (f.kind) {
+    case RendezvousFrame::Kind::kHello:
+      w.u32(static_cast<uint32_t>(f.rank));
+      w.u32(static_cast<uint32_t>(f.worldSize));
+      writeMember(w, f.member);
+      break;
+    case RendezvousFrame::Kind::kTable:
+      w.u32(static_cast<uint32_t>(f.table.size()));
+      for (const auto& m : f.table) writeMember(w, m);
+      break;
+    case RendezvousFrame::Kind::kFailure:
+      w.str(f.reason.substr(0, kMaxLinkFrameReason));
+      break;
+  }
+  return w.take();
+}
+
+Error decode(const std::string& bytes, RendezvousFrame& out) {
+  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  RendezvousFrame f;
+  const uint8_t kind = r.u8();
+  switch (kind) {
+    case uint8_t(RendezvousFrame::Kind::kHello): {
+      f.kind = RendezvousFrame::Kind::kHello;
+      const uint32_t rank = r.u32();
+      const uint32_t size = r.u32();
+      if (!r.failed() && (size == 0 || size > uint32_t(kMaxWorldSize) || rank >= size)) {
+        r.fail("rank " + std::to_string(rank) + " of a world of " + std::to_string(size));
+      }
+      f.rank = static_cast<int32_t>(rank);
+      f.worldSize = static_cast<int32_t>(size);
+      f.member = readMember(r);
+      break;
+    }
+    case uint8_t(RendezvousFrame::Kind::kTable): {
+      f.kind = RendezvousFrame::Kind::kTable;
+      // Each member is at least two 4-byte lengths and two bytes.
+      const uint32_t n = r.count(10, kMaxWorldSize, "table member");
+      if (!r.failed() && n == 0) r.fail("an empty table");
+      f.table.reserve(n);
+      for (uint32_t i = 0; i < n && !r.failed(); ++i) f.table.push_back(readMember(r));
+      break;
+    }
+    case uint8_t(RendezvousFrame::Kind::kFailure): {
+      f.kind = RendezvousFrame::Kind::kFailure;
+      f.reason = r.str("failure");
+      if (!r.failed() && f.reason.size() > kMaxLinkFrameReason) {
+        r.fail("failure longer than " + std::to_string(kMaxLinkFrameReason));
+      }
+      break;
+    }
+    default:
+      if (!r.failed()) r.fail("unknown kind " + std::to_string(kind));
+  }
+  Error error = r.finish("group rendezvous");
+  if (!error) out = std::move(f);
+  return error;
+}
+
+std::string encode(const MailboxHeader& header) {
+  wire::Writer w;
+  w.u64(header.id);
+  w.str(header.tag.substr(0, kMaxTagBytes));
+  return w.take();
+}
+
+Error decode(const std::string& bytes, MailboxHeader& out) {
+  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  MailboxHeader h;
+  h.id = r.u64();
+  h.tag = r.str("tag");
+  if (!r.failed() && h.tag.size() > kMaxTagBytes) r.fail("a tag longer than " + std::to_string(kMaxTagBytes));
+  Error error = r.finish("mailbox header");
+  if (!error) out = std::move(h);
   return error;
 }
 

@@ -16,14 +16,22 @@
 //   bye        -                     the rank closes its Tree on purpose
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <actorpipe/runtime/error.h>
 
 namespace actorpipe::group {
 
+struct Member {
+  std::string host;
+  std::string url;  // where this rank accepts tree links
+};
+
 struct LinkFrame {
   enum class Kind : uint8_t { kIntroduce = 1, kRefuse = 2, kData = 3, kAbort = 4, kBye = 5 };
-  enum class Role : uint8_t { kTree = 1, kRing = 2, kCube = 3 };
+  // kClient: a client's first message to its server (rank 0), and the
+  // server's answer (rank: the id it gives the client).
+  enum class Role : uint8_t { kTree = 1, kRing = 2, kCube = 3, kClient = 4 };
   // Why a collective failed: the error kind every rank raises for it.
   enum class Cause : uint8_t { kRankFailed = 1, kLogic = 2, kTimeout = 3 };
 
@@ -51,5 +59,49 @@ constexpr size_t kMaxLinkFrameReason = 4096;
 
 std::string encode(const LinkFrame& frame);
 Error decode(const std::string& bytes, LinkFrame& out);
+
+// What ranks and rank 0 say while the group forms (rendezvous.h), the same
+// way, on the pipe to rank 0's rendezvous address:
+//
+//   hello    rank, world size, host, url     a rank checks in
+//   table    (host, url) per rank            rank 0's answer once every rank came
+//   failure  reason                          rank 0's answer when the group cannot form
+//
+// Hosts and URLs are printable ASCII without spaces, 1 to kMaxHostBytes /
+// kMaxUrlBytes long; a world size is 1 to kMaxWorldSize, a rank below it.
+struct RendezvousFrame {
+  enum class Kind : uint8_t { kHello = 11, kTable = 12, kFailure = 13 };
+
+  Kind kind{Kind::kFailure};
+  int32_t rank{-1};      // hello
+  int32_t worldSize{0};  // hello
+  Member member;         // hello: the sender's host and url
+  std::vector<Member> table;
+  std::string reason;    // failure
+
+  static RendezvousFrame hello(int rank, int worldSize, Member member);
+  static RendezvousFrame tableOf(std::vector<Member> members);
+  static RendezvousFrame failure(std::string reason);
+};
+
+constexpr size_t kMaxHostBytes = 255;
+constexpr size_t kMaxUrlBytes = 1024;
+constexpr int32_t kMaxWorldSize = 1 << 20;
+
+std::string encode(const RendezvousFrame& frame);
+Error decode(const std::string& bytes, RendezvousFrame& out);
+
+// The header of a client/server message (client_server.h, mailbox.h): its
+// id and tag; its tensors are pipe tensors (actors/pipe_tensor.h), its bytes
+// one payload.
+struct MailboxHeader {
+  uint64_t id{0};
+  std::string tag;  // at most kMaxTagBytes
+};
+
+constexpr size_t kMaxTagBytes = 4096;
+
+std::string encode(const MailboxHeader& header);
+Error decode(const std::string& bytes, MailboxHeader& out);
 
 }  // namespace actorpipe::group

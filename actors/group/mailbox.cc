@@ -1,9 +1,10 @@
 #include <actorpipe/actors/group/mailbox.h>
 
 #include <cstring>
-#include <sstream>
 
 #include <actorpipe/actors/backends.h>
+#include <actorpipe/actors/group/frames.h>
+#include <actorpipe/actors/pipe_tensor.h>
 
 namespace actorpipe::group {
 
@@ -46,12 +47,12 @@ void Mailbox::close() {
   context_->close();
 }
 
-bool Mailbox::parseHeader(const std::string& metadata, std::string& tag, uint64_t& id) {
-  const size_t space = metadata.find(' ');
-  if (space == std::string::npos) return false;
-  id = std::strtoull(metadata.substr(0, space).c_str(), nullptr, 10);
-  tag = metadata.substr(space + 1);
-  return true;
+Error Mailbox::parseHeader(const std::string& metadata, std::string& tag, uint64_t& id) {
+  MailboxHeader header;
+  if (Error error = decode(metadata, header)) return error;
+  tag = std::move(header.tag);
+  id = header.id;
+  return Error::kSuccess;
 }
 
 void Mailbox::add(int id, std::shared_ptr<Pipe> pipe) {
@@ -110,7 +111,11 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
                        std::shared_ptr<bool> finished) {
   const Descriptor& d = peer.held;
   target->from = peer.id;
-  parseHeader(d.metadata, target->tag, target->id);
+  // A message that does not make sense is still read off the pipe (or the
+  // next one would be misread), as bytes, and its receive fails.
+  if (Error bad = parseHeader(d.metadata, target->tag, target->id)) {
+    if (!*result) *result = ACTORPIPE_ERROR(ProtocolError, peerName(peer.id) + " sent " + bad.what());
+  }
   Allocation allocation;
   if (!d.payloads.empty()) {
     target->data.resize(d.payloads[0].length);
@@ -129,14 +134,18 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
   }
   target->storage.resize(d.tensors.size());
   for (size_t i = 0; i < d.tensors.size(); ++i) {
-    std::istringstream in(d.tensors[i].metadata);
-    std::string dtypeText;
-    size_t count = 0;
+    // Sent as pipe tensors (dtype and shape checked against the length);
+    // an entry that is not one, or does not parse, arrives as bytes.
     DType dtype = DType::uint8;
-    if (!(in >> dtypeText >> count) || !dtype_from_name(dtypeText, dtype) ||
-        count * dtype_size(dtype) != d.tensors[i].length) {
-      dtype = DType::uint8;
-      count = d.tensors[i].length;
+    size_t count = d.tensors[i].length;
+    if (isPipeTensor(d.tensors[i])) {
+      Shape shape;
+      if (Error bad = parsePipeTensor(d.tensors[i], dtype, shape)) {
+        dtype = DType::uint8;
+        if (!*result) *result = ACTORPIPE_ERROR(ProtocolError, peerName(peer.id) + " sent " + bad.what());
+      } else {
+        count = static_cast<size_t>(element_count(shape));
+      }
     }
     if (inPlace) {
       target->tensors.push_back(into[i]);
@@ -283,7 +292,11 @@ Error Mailbox::send(const std::vector<int>& to, const Outgoing& outgoing) {
   }
   if (id == 0 && !targets.empty()) id = targets.front()->nextId;
   for (Peer* peer : targets) peer->nextId = std::max(peer->nextId, id + 1);
-  message.metadata = std::to_string(id) + " " + outgoing.tag;
+  if (outgoing.tag.size() > kMaxTagBytes) {
+    return ACTORPIPE_ERROR(LogicError, "a tag of " + std::to_string(outgoing.tag.size()) + " bytes (at most " +
+                                           std::to_string(kMaxTagBytes) + ")");
+  }
+  message.metadata = encode(MailboxHeader{id, outgoing.tag});
   size_t bytes = outgoing.data.size();
   if (!outgoing.data.empty()) {
     Message::Payload payload;
@@ -296,11 +309,11 @@ Error Mailbox::send(const std::vector<int>& to, const Outgoing& outgoing) {
       return ACTORPIPE_ERROR(LogicError, "sending " + tensor.device.type +
                                              " tensors needs a build with that device's backend");
     }
-    Message::Tensor entry;
-    entry.buffer = CpuBuffer{tensor.data};
-    entry.length = tensor.bytes();
-    entry.metadata = std::string(dtype_name(tensor.dtype)) + " " + std::to_string(tensor.count);
-    message.tensors.push_back(entry);
+    // A view of the caller's memory (nothing is copied or freed), written
+    // as a pipe tensor: dtype and shape travel with it.
+    auto view = Storage::adopt(tensor.data, tensor.bytes(), tensor.device, [](void*) {});
+    message.tensors.push_back(
+        pipeTensor(actorpipe::Tensor::from_storage(view, {static_cast<int64_t>(tensor.count)}, tensor.dtype)));
     bytes += tensor.bytes();
   }
 

@@ -69,7 +69,7 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
   static bool tagMatches(const std::string& wanted, const std::string& tag) {
     return wanted.empty() || wanted == tag;
   }
-  static bool parseHeader(const std::string& metadata, std::string& tag, uint64_t& id);
+  static Error parseHeader(const std::string& metadata, std::string& tag, uint64_t& id);
 
   std::shared_ptr<Context> context_;
   mutable std::mutex mutex_;

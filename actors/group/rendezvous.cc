@@ -10,7 +10,6 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include <actorpipe/actors/group/errors.h>
@@ -62,9 +61,9 @@ std::string readPublished(const std::string& path) {
   return line;
 }
 
-Message textMessage(std::string text) {
+Message frameMessage(const RendezvousFrame& frame) {
   Message message;
-  message.metadata = std::move(text);
+  message.metadata = encode(frame);
   return message;
 }
 
@@ -87,44 +86,6 @@ struct Slot {
     return cv.wait_until(lock, deadline, [&] { return set; });
   }
 };
-
-struct Hello {
-  int rank{-1};
-  int worldSize{0};
-  std::string host;
-  std::string url;
-};
-
-// A decimal number, digits only, that fits an int.
-bool parseCount(const std::string& text, int& value) {
-  if (text.empty() || text.size() > 9) return false;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-  }
-  value = std::stoi(text);
-  return true;
-}
-
-// "hello <rank> <world size> <host> <url>": exactly five words, one space
-// apart. Anything else is dropped unanswered.
-bool parseHello(const std::string& text, Hello& hello) {
-  std::vector<std::string> words;
-  size_t start = 0;
-  for (;;) {
-    const size_t space = text.find(' ', start);
-    words.push_back(text.substr(start, space == std::string::npos ? std::string::npos : space - start));
-    if (words.back().empty() || words.size() > 5) return false;
-    if (space == std::string::npos) break;
-    start = space + 1;
-  }
-  for (const auto& word : words) {
-    for (char c : word) {
-      if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) return false;
-    }
-  }
-  return words.size() == 5 && words[0] == "hello" && parseCount(words[1], hello.rank) &&
-         parseCount(words[2], hello.worldSize) && ((hello.host = words[3]), (hello.url = words[4]), true);
-}
 
 // After the rendezvous failed for a reason every rank must hear (a rank
 // claimed twice, a world size that differs), rank 0 keeps answering late
@@ -166,10 +127,10 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
   state->table[0] = Member{me.host, myUrl};
 
   // Answers go out with the lock released: a closed pipe calls back at once.
-  using Answers = std::vector<std::pair<std::shared_ptr<Pipe>, std::string>>;
+  using Answers = std::vector<std::pair<std::shared_ptr<Pipe>, RendezvousFrame>>;
   auto send = [state](Answers answers) {
-    for (auto& [pipe, text] : answers) {
-      pipe->write(textMessage(std::move(text)), [state](const Error&) {
+    for (auto& [pipe, frame] : answers) {
+      pipe->write(frameMessage(frame), [state](const Error&) {
         std::lock_guard<std::mutex> lock(state->mutex);
         --state->writing;
         state->cv.notify_all();
@@ -180,7 +141,7 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
   // Under the lock, for the hello that `pipe` brought: claims its rank, or
   // fails the rendezvous, or (a rank out of range) does nothing. Returns the
   // claim's id (0: no claim) and fills `answers` with who hears what.
-  auto onHello = [state, worldSize](const Hello& hello, const std::shared_ptr<Pipe>& pipe,
+  auto onHello = [state, worldSize](const RendezvousFrame& hello, const std::shared_ptr<Pipe>& pipe,
                                     Answers& answers) -> uint64_t {
     const bool inRange = hello.rank > 0 && hello.rank < worldSize;
     if (state->failure.empty()) {
@@ -202,7 +163,7 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
         // rank whose pipe broke says hello again on a new one).
         const uint64_t id = state->nextClaim++;
         state->claims[hello.rank] = Claim{pipe, id};
-        state->table[hello.rank] = Member{hello.host, hello.url};
+        state->table[hello.rank] = hello.member;
         ++state->arrived;
         state->cv.notify_all();
         return id;
@@ -211,12 +172,12 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
       state->failure = failure;
       for (int r = 1; r < worldSize; ++r) {
         if (!state->claims[r].pipe) continue;
-        answers.emplace_back(state->claims[r].pipe, "error " + failure);
+        answers.emplace_back(state->claims[r].pipe, RendezvousFrame::failure(failure));
         state->told[r] = 1;
       }
     }
     // And so does this hello, and every later one until rank 0 gives up.
-    answers.emplace_back(pipe, "error " + state->failure);
+    answers.emplace_back(pipe, RendezvousFrame::failure(state->failure));
     state->refused.push_back(pipe);
     if (inRange) state->told[hello.rank] = 1;
     state->cv.notify_all();
@@ -238,10 +199,11 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
       }
       pipe->readDescriptor([state, pipe, send, onHello](const Error& error, Descriptor descriptor) {
         if (error) return;  // a rank that hung up before saying hello retries
-        Hello hello;
+        RendezvousFrame hello;
         Answers answers;
         uint64_t claim = 0;
-        if (parseHello(descriptor.metadata, hello)) {  // else dropped unanswered
+        if (!decode(descriptor.metadata, hello) && hello.kind == RendezvousFrame::Kind::kHello) {
+          // (anything else is dropped unanswered)
           std::lock_guard<std::mutex> lock(state->mutex);
           if (!state->over) claim = onHello(hello, pipe, answers);
           state->writing += static_cast<int>(answers.size());
@@ -302,11 +264,10 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
     });
     result = ACTORPIPE_ERROR(RendezvousError, state->failure);
   } else if (complete && !state->error) {
-    std::ostringstream out;
-    out << "table " << me.worldSize << "\n";
-    for (const auto& member : state->table) out << member.host << " " << member.url << "\n";
     table = state->table;
-    for (int r = 1; r < me.worldSize; ++r) answers.emplace_back(state->claims[r].pipe, out.str());
+    for (int r = 1; r < me.worldSize; ++r) {
+      answers.emplace_back(state->claims[r].pipe, RendezvousFrame::tableOf(state->table));
+    }
   } else {
     std::string missing;
     int count = 0;
@@ -322,7 +283,7 @@ Error gather(Context& context, const RankInfo& me, const std::string& myUrl,
                            std::to_string(me.worldSize) + " never showed up within " +
                            std::to_string(timeout.count()) + " ms";
     for (int r = 1; r < me.worldSize; ++r) {
-      if (state->claims[r].pipe) answers.emplace_back(state->claims[r].pipe, "error " + reason);
+      if (state->claims[r].pipe) answers.emplace_back(state->claims[r].pipe, RendezvousFrame::failure(reason));
     }
     result = ACTORPIPE_ERROR(RendezvousError, reason);
   }
@@ -350,8 +311,7 @@ bool askRankZero(Context& context, const RankInfo& me, const std::string& myUrl,
                  const std::string& url, Clock::time_point deadline,
                  std::vector<Member>& table, Error& result, std::string& lastProblem) {
   auto pipe = context.connect(url);
-  pipe->write(textMessage("hello " + std::to_string(me.rank) + " " + std::to_string(me.worldSize) +
-                          " " + me.host + " " + myUrl),
+  pipe->write(frameMessage(RendezvousFrame::hello(me.rank, me.worldSize, Member{me.host, myUrl})),
               [](const Error&) {});
   struct Answer {
     Error error;
@@ -380,26 +340,28 @@ bool askRankZero(Context& context, const RankInfo& me, const std::string& myUrl,
     lastProblem = got.error.what();
     return false;
   }
-  if (got.text.rfind("error ", 0) == 0) {
-    result = ACTORPIPE_ERROR(RendezvousError, got.text.substr(6));
+  RendezvousFrame answerFrame;
+  if (Error bad = decode(got.text, answerFrame)) {
+    result = ACTORPIPE_ERROR(RendezvousError, "rank 0 at " + url + " answered with " + bad.what());
     return true;
   }
-  std::istringstream in(got.text);
-  std::string word;
-  int size = 0;
-  if (!(in >> word >> size) || word != "table" || size != me.worldSize) {
-    result = ACTORPIPE_ERROR(RendezvousError,
-                             "rank 0 at " + url + " answered with a table for another world size");
-    return true;
-  }
-  table.assign(size, Member{});
-  for (auto& member : table) {
-    if (!(in >> member.host >> member.url)) {
-      result = ACTORPIPE_ERROR(RendezvousError, "rank 0 sent a truncated table");
+  switch (answerFrame.kind) {
+    case RendezvousFrame::Kind::kFailure:
+      result = ACTORPIPE_ERROR(RendezvousError, answerFrame.reason);
       return true;
-    }
+    case RendezvousFrame::Kind::kTable:
+      if (answerFrame.table.size() != static_cast<size_t>(me.worldSize)) {
+        result = ACTORPIPE_ERROR(RendezvousError,
+                                 "rank 0 at " + url + " answered with a table for another world size");
+        return true;
+      }
+      table = std::move(answerFrame.table);
+      result = Error::kSuccess;
+      return true;
+    case RendezvousFrame::Kind::kHello:
+      break;
   }
-  result = Error::kSuccess;
+  result = ACTORPIPE_ERROR(RendezvousError, "rank 0 at " + url + " answered with a hello");
   return true;
 }
 

@@ -9,8 +9,8 @@
 // checked in. If some rank never does, rank 0 tells everyone who is missing,
 // so every rank fails with the same clear RendezvousError.
 //
-// A hello is "hello <rank> <world size> <host> <url>", parsed strictly
-// (anything else is dropped). Rank 0 fails the rendezvous at once, telling
+// A hello, the table and a failure are RendezvousFrames (frames.h), decoded
+// strictly; anything else that reaches rank 0 is dropped unanswered. Rank 0 fails the rendezvous at once, telling
 // every rank that says hello (for a few seconds more, so late ranks hear it
 // too), when a hello's world size differs from its own, or when a second
 // process claims a rank whose first claimant is still connected: a stranger
@@ -22,14 +22,10 @@
 #include <vector>
 
 #include <actorpipe/actors/group/environment.h>
+#include <actorpipe/actors/group/frames.h>
 #include <actorpipe/runtime/context.h>
 
 namespace actorpipe::group {
-
-struct Member {
-  std::string host;
-  std::string url;  // where this rank accepts tree links
-};
 
 Error rendezvous(Context& context, const RankInfo& me, const std::string& myUrl,
                  std::chrono::milliseconds timeout, std::vector<Member>& table);

@@ -212,6 +212,40 @@ TEST_CASE("link frames round-trip; malformed ones are protocol errors, never a p
   CHECK(rejected(lying));
 }
 
+TEST_CASE("rendezvous frames round-trip; hostile ones are refused before anything is kept") {
+  using R = actorpipe::group::RendezvousFrame;
+  using actorpipe::group::Member;
+  const std::vector<Member> members = {{"node-a", "tcp://10.0.0.1:4000"}, {"node-b", "tcp://10.0.0.2:4001"}};
+  for (const R& f : {R::hello(1, 2, members[1]), R::tableOf(members), R::failure("rank 1 was claimed twice")}) {
+    R back;
+    REQUIRE(!actorpipe::group::decode(actorpipe::group::encode(f), back));
+    CHECK(back.kind == f.kind);
+    CHECK(back.rank == f.rank);
+    CHECK(back.worldSize == f.worldSize);
+    CHECK(back.member.url == f.member.url);
+    CHECK(back.table.size() == f.table.size());
+    CHECK(back.reason == f.reason);
+    const std::string bytes = actorpipe::group::encode(f);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      CHECK(actorpipe::group::decode(bytes.substr(0, n), back).isOfType<actorpipe::ProtocolError>());
+    }
+  }
+  R out;
+  auto refused = [&](const R& f) { return static_cast<bool>(actorpipe::group::decode(actorpipe::group::encode(f), out)); };
+  CHECK(refused(R::hello(2, 2, members[0])));              // rank out of range
+  CHECK(refused(R::hello(0, 0, members[0])));              // no world
+  CHECK(refused(R::hello(1, 2, Member{"a b", "url"})));    // a space
+  CHECK(refused(R::hello(1, 2, Member{"a", "u\nrl"})));    // a control character
+  CHECK(refused(R::hello(1, 2, Member{"", "url"})));
+  CHECK(refused(R::hello(1, 2, Member{std::string(256, 'h'), "url"})));
+  CHECK(refused(R::tableOf({})));
+  // A table that announces more members than its bytes could hold is
+  // refused before anything is reserved.
+  std::string lying(1, char(R::Kind::kTable));
+  lying += std::string("\x00\x00\x10\x00", 4);  // 1 Mi members, no bytes
+  CHECK(actorpipe::group::decode(lying, out).isOfType<actorpipe::ProtocolError>());
+}
+
 TEST_CASE("rank info from each launcher's variables, ours first") {
   RankInfo info;
   CHECK_FALSE(rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "2"},
