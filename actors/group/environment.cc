@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include <actorpipe/actors/group/errors.h>
+#include <actorpipe/actors/group/frames.h>
 
 namespace actorpipe::group {
 
@@ -185,6 +186,16 @@ Error rankInfoFromEnvironment(RankInfo& info, const std::map<std::string, std::s
 
   if (env.has("ACTORPIPE_HOST")) r.host = env.get("ACTORPIPE_HOST");
   if (r.host.empty()) r.host = hostName();
+  // It travels in the rank's hello, where rank 0 takes only a printable
+  // name without spaces (frames.h): say so here, not by a hello dropped.
+  bool printable = !r.host.empty() && r.host.size() <= kMaxHostBytes;
+  for (unsigned char c : r.host) printable = printable && c > ' ' && c < 0x7f;
+  if (!printable) {
+    return ACTORPIPE_ERROR(RendezvousError, "host name \"" + r.host +
+                                                "\" (ACTORPIPE_HOST or the machine's) is not 1 to " +
+                                                std::to_string(kMaxHostBytes) +
+                                                " printable characters without spaces");
+  }
 
   if (env.has("ACTORPIPE_ADDRESS")) {
     r.address = env.get("ACTORPIPE_ADDRESS");

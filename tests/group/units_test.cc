@@ -246,6 +246,24 @@ TEST_CASE("rendezvous frames round-trip; hostile ones are refused before anythin
   CHECK(actorpipe::group::decode(lying, out).isOfType<actorpipe::ProtocolError>());
 }
 
+TEST_CASE("a host name that a hello could not carry is refused when the rank reads its environment") {
+  RankInfo info;
+  for (const std::string host : {std::string("two words"), std::string("tab\there"), std::string(256, 'h')}) {
+    CAPTURE(host);
+    actorpipe::Error error = rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "1"},
+                                                            {"ACTORPIPE_WORLD_SIZE", "2"},
+                                                            {"ACTORPIPE_RENDEZVOUS", "file:///tmp/x"},
+                                                            {"ACTORPIPE_HOST", host}});
+    CHECK(error.isOfType<RendezvousError>());
+    CHECK(error.what().find("ACTORPIPE_HOST") != std::string::npos);
+  }
+  CHECK_FALSE(rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "1"},
+                                             {"ACTORPIPE_WORLD_SIZE", "2"},
+                                             {"ACTORPIPE_RENDEZVOUS", "file:///tmp/x"},
+                                             {"ACTORPIPE_HOST", "node-7.cluster"}}));
+  CHECK(info.host == "node-7.cluster");
+}
+
 TEST_CASE("rank info from each launcher's variables, ours first") {
   RankInfo info;
   CHECK_FALSE(rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "2"},
