@@ -8,22 +8,22 @@
 
 namespace actorpipe {
 
-pipe_actor as_actor(const Pipe& pipe) {
-  return caf::actor_cast<pipe_actor>(pipe.core()->actor());
+PipeActor asActor(const Pipe& pipe) {
+  return caf::actor_cast<PipeActor>(pipe.core()->actor());
 }
 
-pipe_actor as_actor(const std::shared_ptr<Pipe>& pipe) { return as_actor(*pipe); }
+PipeActor asActor(const std::shared_ptr<Pipe>& pipe) { return asActor(*pipe); }
 
-caf::error to_caf_error(const Error& error) {
+caf::error toCafError(const Error& error) {
   return caf::error(uint8_t{1}, caf::atom("actorpipe"), caf::make_message(error.what()));
 }
 
-caf::actor transport_actor(const Context& context, const std::string& name) {
+caf::actor TransportActor(const Context& context, const std::string& name) {
   auto entry = context.core()->transport(name);
   return entry ? entry->actor : caf::actor();
 }
 
-caf::actor channel_actor(const Context& context, const std::string& name) {
+caf::actor ChannelActor(const Context& context, const std::string& name) {
   auto entry = context.core()->channel(name);
   return entry ? entry->actor : caf::actor();
 }

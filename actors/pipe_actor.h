@@ -3,7 +3,7 @@
 // reply, no callbacks. Errors arrive as caf::error in category "actorpipe"
 // whose context holds Error::what().
 //
-//   auto p = actorpipe::as_actor(pipe);
+//   auto p = actorpipe::asActor(pipe);
 //   self->request(p, caf::infinite, actorpipe::write_atom::value, msg)
 //       .then([](actorpipe::ok_atom) { ... }, [](caf::error& e) { ... });
 #include <memory>
@@ -17,25 +17,25 @@
 
 namespace actorpipe {
 
-using pipe_actor = caf::typed_actor<
+using PipeActor = caf::typed_actor<
     caf::replies_to<write_atom, Message>::with<ok_atom>,
     caf::replies_to<read_descriptor_atom>::with<Descriptor>,
     caf::replies_to<read_atom, Allocation>::with<ok_atom>,
     caf::reacts_to<close_atom>>;
 
 // The pipe's actor. Its handlers for this interface are a
-// pipe_actor::behavior_type (actors/detail/pipe_core.cc), so the compiler has
+// PipeActor::behavior_type (actors/detail/pipe_core.cc), so the compiler has
 // checked them against it. The handle does not keep the pipe open: the Pipe
 // object does.
-pipe_actor as_actor(const Pipe& pipe);
-pipe_actor as_actor(const std::shared_ptr<Pipe>& pipe);
+PipeActor asActor(const Pipe& pipe);
+PipeActor asActor(const std::shared_ptr<Pipe>& pipe);
 
 // Our errors in CAF's terms: code 1, category "actorpipe", context = what().
-caf::error to_caf_error(const Error& error);
+caf::error toCafError(const Error& error);
 
 // The supervised actor of a registered transport or channel (for monitoring,
 // or to take it down); an invalid handle for unknown names.
-caf::actor transport_actor(const Context& context, const std::string& name);
-caf::actor channel_actor(const Context& context, const std::string& name);
+caf::actor TransportActor(const Context& context, const std::string& name);
+caf::actor ChannelActor(const Context& context, const std::string& name);
 
 } // namespace actorpipe

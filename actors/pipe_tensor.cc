@@ -15,7 +15,7 @@ Error bad(const std::string& why) { return ACTORPIPE_ERROR(ProtocolError, "tenso
 }  // namespace
 
 Message::Tensor pipeTensor(const Tensor& tensor, const std::string& metadata) {
-  std::string head = kPrefix + dtype_name(tensor.dtype()) + " ";
+  std::string head = kPrefix + dtypeName(tensor.dtype()) + " ";
   for (size_t i = 0; i < tensor.shape().size(); ++i) {
     head += (i ? "," : "") + std::to_string(tensor.shape()[i]);
   }
@@ -23,9 +23,9 @@ Message::Tensor pipeTensor(const Tensor& tensor, const std::string& metadata) {
   Message::Tensor entry;
   const Device device = tensor.device();
   if (device.isCpu()) {
-    entry.buffer = CpuBuffer{tensor.raw_data()};
+    entry.buffer = CpuBuffer{tensor.rawData()};
   } else {
-    entry.buffer = CudaBuffer{tensor.raw_data(), nullptr, device.index};
+    entry.buffer = CudaBuffer{tensor.rawData(), nullptr, device.index};
   }
   entry.length = tensor.nbytes();
   entry.metadata = head + metadata;
@@ -40,7 +40,7 @@ Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shap
   size_t pos = kPrefix.size();
   const size_t space = m.find(' ', pos);
   if (space == std::string::npos || space - pos > 16) return bad("no dtype");
-  if (!dtype_from_name(m.substr(pos, space - pos), dtype)) return bad("unknown dtype");
+  if (!dtypeFromName(m.substr(pos, space - pos), dtype)) return bad("unknown dtype");
   pos = space + 1;
   const size_t end = m.find(';', pos);
   if (end == std::string::npos) return bad("no ';' after the shape");
@@ -75,7 +75,7 @@ Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shap
     }
   }
   uint64_t bytes = 0;
-  if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_size(dtype)), &bytes) ||
+  if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dtypeSize(dtype)), &bytes) ||
       bytes != entry.length) {
     return bad("shape and dtype give " + std::to_string(elements) + " elements, the entry has " +
                std::to_string(entry.length) + " bytes");
@@ -97,7 +97,7 @@ Error receiveTensor(const Descriptor::Tensor& entry, Tensor& out, Allocation::Te
   }
   const bool reuse = out.defined() && out.device().isCpu() && out.dtype() == dtype && out.shape() == shape;
   if (!reuse) out = Tensor::empty(shape, dtype);
-  allocation.buffer = CpuBuffer{out.raw_data()};
+  allocation.buffer = CpuBuffer{out.rawData()};
   return Error();
 }
 

@@ -22,20 +22,20 @@
 
 namespace actorpipe {
 
-enum class DType : std::uint8_t { float32, float64, int32, int64, uint8 };
+enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUint8 };
 
-std::size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
-// The inverse of dtype_name; false for any other text.
-bool dtype_from_name(const std::string& name, DType& dtype);
+std::size_t dtypeSize(DType dtype);
+const char* dtypeName(DType dtype);
+// The inverse of dtypeName; false for any other text.
+bool dtypeFromName(const std::string& name, DType& dtype);
 
 template <class T>
-constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::float32; }
-template <> constexpr DType dtype_of<double>() { return DType::float64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::int32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::int64; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::uint8; }
+constexpr DType dtypeOf();
+template <> constexpr DType dtypeOf<float>() { return DType::kFloat32; }
+template <> constexpr DType dtypeOf<double>() { return DType::kFloat64; }
+template <> constexpr DType dtypeOf<std::int32_t>() { return DType::kInt32; }
+template <> constexpr DType dtypeOf<std::int64_t>() { return DType::kInt64; }
+template <> constexpr DType dtypeOf<std::uint8_t>() { return DType::kUint8; }
 
 // A block of device memory, shared by every tensor that views it. Not
 // copyable: storage is only ever shared through std::shared_ptr.
@@ -44,7 +44,7 @@ public:
   using Deleter = std::function<void(void*)>;
 
   // Host memory, 64-byte aligned, uninitialised.
-  static std::shared_ptr<Storage> allocate_cpu(std::size_t nbytes);
+  static std::shared_ptr<Storage> allocateCpu(std::size_t nbytes);
 
   // Takes ownership of memory allocated elsewhere, e.g. by cudaMalloc; the
   // deleter runs when the last tensor lets go. This is how CUDA storage
@@ -71,45 +71,45 @@ private:
 
 using Shape = std::vector<std::int64_t>;
 
-std::int64_t element_count(const Shape& shape);
-std::string shape_to_string(const Shape& shape);
+std::int64_t elementCount(const Shape& shape);
+std::string shapeToString(const Shape& shape);
 
 class Tensor {
 public:
   // An undefined tensor (no storage), useful as a placeholder.
   Tensor() = default;
 
-  // Host tensors; other devices need `from_storage` with adopted memory.
+  // Host tensors; other devices need `fromStorage` with adopted memory.
   static Tensor empty(Shape shape, DType dtype);
   static Tensor zeros(Shape shape, DType dtype);
   template <class T>
   static Tensor full(Shape shape, T value);
 
   // A view on existing storage; throws if it does not fit.
-  static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape,
-                             DType dtype, std::size_t byte_offset = 0);
+  static Tensor fromStorage(std::shared_ptr<Storage> storage, Shape shape,
+                             DType dtype, std::size_t byteOffset = 0);
 
   bool defined() const { return storage_ != nullptr; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   std::size_t dim() const { return shape_.size(); }
-  std::int64_t numel() const { return element_count(shape_); }
+  std::int64_t numel() const { return elementCount(shape_); }
   std::size_t nbytes() const;
   Device device() const;
 
   const std::shared_ptr<Storage>& storage() const { return storage_; }
-  std::size_t byte_offset() const { return byte_offset_; }
+  std::size_t byteOffset() const { return byteOffset_; }
   // Address of the first element, whatever the device.
-  void* raw_data() const;
-  bool shares_storage_with(const Tensor& other) const {
+  void* rawData() const;
+  bool sharesStorageWith(const Tensor& other) const {
     return storage_ && storage_ == other.storage_;
   }
 
   // Typed host access; throws on a dtype or device mismatch.
   template <class T>
   T* data() const {
-    check_host_access(dtype_of<T>());
-    return static_cast<T*>(raw_data());
+    checkHostAccess(dtypeOf<T>());
+    return static_cast<T*>(rawData());
   }
 
   // Same storage, new shape with the same element count.
@@ -118,22 +118,22 @@ public:
   // The one deliberate deep copy (host tensors).
   Tensor clone() const;
 
-  std::string to_string() const;
+  std::string toString() const;
 
 private:
   Tensor(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
-         std::size_t byte_offset);
-  void check_host_access(DType requested) const;
+         std::size_t byteOffset);
+  void checkHostAccess(DType requested) const;
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;
-  DType dtype_ = DType::float32;
-  std::size_t byte_offset_ = 0;
+  DType dtype_ = DType::kFloat32;
+  std::size_t byteOffset_ = 0;
 };
 
 template <class T>
 Tensor Tensor::full(Shape shape, T value) {
-  Tensor result = empty(std::move(shape), dtype_of<T>());
+  Tensor result = empty(std::move(shape), dtypeOf<T>());
   auto* first = result.data<T>();
   for (std::int64_t i = 0, n = result.numel(); i < n; ++i)
     first[i] = value;

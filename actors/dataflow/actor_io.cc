@@ -19,7 +19,7 @@ namespace {
 using resume_atom = caf::atom_constant<caf::atom("dfresume")>;
 
 // Continuations an actor runs back to back before it lets its mailbox in.
-constexpr int inline_budget = 64;
+constexpr int inlineBudget = 64;
 
 struct Trampoline {
   caf::scheduled_actor* self;
@@ -27,46 +27,46 @@ struct Trampoline {
   int budget;
 };
 
-thread_local Trampoline* active_trampoline = nullptr;
+thread_local Trampoline* activeTrampoline = nullptr;
 
-caf::result<caf::message> run_delivery(caf::scheduled_actor* self,
+caf::result<caf::message> runDelivery(caf::scheduled_actor* self,
                                        caf::message_view& view) {
   auto& content = view.content();
   if (content.match_elements<resume_atom, ContinuationPtr>()) {
-    run_in_actor(self, content.get_as<ContinuationPtr>(1));
+    runInActor(self, content.get_as<ContinuationPtr>(1));
     return caf::message{};
   }
   return caf::print_and_drop(self, view);
 }
 
-void install_delivery_handler(caf::scheduled_actor* self) {
-  self->set_default_handler(run_delivery);
+void installDeliveryHandler(caf::scheduled_actor* self) {
+  self->set_default_handler(runDelivery);
 }
 
-void post_to(const caf::strong_actor_ptr& target, ContinuationPtr work) {
+void postTo(const caf::strong_actor_ptr& target, ContinuationPtr work) {
   caf::anon_send(caf::actor_cast<caf::actor>(target), resume_atom::value,
                  std::move(work));
 }
 
 } // namespace
 
-void run_in_actor(caf::scheduled_actor* self, ContinuationPtr work) {
-  if (active_trampoline != nullptr) {
-    if (active_trampoline->self == self && active_trampoline->budget > 0) {
-      --active_trampoline->budget;
-      active_trampoline->queue.push_back(std::move(work));
+void runInActor(caf::scheduled_actor* self, ContinuationPtr work) {
+  if (activeTrampoline != nullptr) {
+    if (activeTrampoline->self == self && activeTrampoline->budget > 0) {
+      --activeTrampoline->budget;
+      activeTrampoline->queue.push_back(std::move(work));
     } else {
-      install_delivery_handler(self);
-      post_to(caf::strong_actor_ptr{self->ctrl()}, std::move(work));
+      installDeliveryHandler(self);
+      postTo(caf::strong_actor_ptr{self->ctrl()}, std::move(work));
     }
     return;
   }
-  Trampoline trampoline{self, {}, inline_budget};
-  active_trampoline = &trampoline;
+  Trampoline trampoline{self, {}, inlineBudget};
+  activeTrampoline = &trampoline;
   // Declared after the trampoline so it runs first while unwinding; queued
   // continuations are then destroyed, which returns their items.
   struct Leave {
-    ~Leave() { active_trampoline = nullptr; }
+    ~Leave() { activeTrampoline = nullptr; }
   } leave;
   work->run();
   work.reset();
@@ -83,7 +83,7 @@ struct ActorResumer::Handle {
 
 ActorResumer::ActorResumer(caf::scheduled_actor* self)
   : handle_(std::make_shared<const Handle>(Handle{caf::weak_actor_ptr{self->ctrl()}})) {
-  install_delivery_handler(self);
+  installDeliveryHandler(self);
 }
 
 bool ActorResumer::alive() const {
@@ -92,7 +92,7 @@ bool ActorResumer::alive() const {
 
 void ActorResumer::post(ContinuationPtr work) const {
   if (auto target = handle_->actor.lock())
-    post_to(target, std::move(work));
+    postTo(target, std::move(work));
 }
 
 } // namespace actorpipe::dataflow::detail

@@ -2,7 +2,7 @@
 
 // Channels from inside actors, without blocking a scheduler thread.
 //
-// read_then(self, channel, fn) calls fn(ReadResult) once an item (or
+// readThen(self, channel, fn) calls fn(ReadResult) once an item (or
 // DRAINED) is available. If the channel can answer at once, fn runs right
 // away on the actor's own stack (through a small trampoline, so loops that
 // re-arm from inside fn keep a flat stack and yield to the mailbox after a
@@ -45,7 +45,7 @@ using ContinuationPtr = std::shared_ptr<ActorContinuation>;
 
 // Runs `work` now if `self` is the actor currently running on this thread
 // and it has inline budget left, else posts it to the actor's mailbox.
-void run_in_actor(caf::scheduled_actor* self, ContinuationPtr work);
+void runInActor(caf::scheduled_actor* self, ContinuationPtr work);
 
 // A weak handle on an actor that can post work to it from any thread.
 class ActorResumer {
@@ -95,7 +95,7 @@ public:
     : actor_(self), channel_(std::move(channel)), callback_(std::move(callback)) {
   }
 
-  bool still_waiting() const override { return actor_.alive(); }
+  bool stillWaiting() const override { return actor_.alive(); }
 
   void resolve(ReadResult<T> result) override {
     // The channel resolving us is alive, so the lock succeeds.
@@ -103,7 +103,7 @@ public:
       channel_.lock(), std::move(result), std::move(callback_)));
   }
 
-  std::function<void(ReadResult<T>)> take_callback() { return std::move(callback_); }
+  std::function<void(ReadResult<T>)> takeCallback() { return std::move(callback_); }
 
 private:
   ActorResumer actor_;
@@ -132,14 +132,14 @@ public:
     : actor_(self), items_(std::move(items)), callback_(std::move(callback)) {
   }
 
-  bool still_waiting() const override { return actor_.alive(); }
-  std::vector<T>& pending_items() override { return items_; }
+  bool stillWaiting() const override { return actor_.alive(); }
+  std::vector<T>& pendingItems() override { return items_; }
 
   void resolve(Status status) override {
     actor_.post(std::make_shared<WriteContinuation>(status, std::move(callback_)));
   }
 
-  std::function<void(Status)> take_callback() { return std::move(callback_); }
+  std::function<void(Status)> takeCallback() { return std::move(callback_); }
 
 private:
   ActorResumer actor_;
@@ -149,39 +149,39 @@ private:
 
 } // namespace detail
 
-// Reads one item for the actor `self`; `on_read(ReadResult<T>)` runs in the
+// Reads one item for the actor `self`; `onRead(ReadResult<T>)` runs in the
 // actor's context with (OPEN|CLOSED, item) or (DRAINED, nothing). Call it
-// again from on_read to keep reading.
+// again from onRead to keep reading.
 template <class T, class F>
-void read_then(caf::scheduled_actor* self, const Channel<T>& channel, F&& on_read) {
-  std::function<void(ReadResult<T>)> callback(std::forward<F>(on_read));
+void readThen(caf::scheduled_actor* self, const Channel<T>& channel, F&& onRead) {
+  std::function<void(ReadResult<T>)> callback(std::forward<F>(onRead));
   const auto& state = channel.state();
   auto now = state->read(nullptr, false);
-  if (now.status != Status::empty) {
-    detail::run_in_actor(self, std::make_shared<detail::ReadContinuation<T>>(
+  if (now.status != Status::kEmpty) {
+    detail::runInActor(self, std::make_shared<detail::ReadContinuation<T>>(
                                  state, std::move(now), std::move(callback)));
     return;
   }
   auto waiter = std::make_shared<detail::ActorReadWaiter<T>>(self, state, std::move(callback));
-  if (auto raced = state->read_or_park(waiter))
-    detail::run_in_actor(self, std::make_shared<detail::ReadContinuation<T>>(
-                                 state, std::move(*raced), waiter->take_callback()));
+  if (auto raced = state->readOrPark(waiter))
+    detail::runInActor(self, std::make_shared<detail::ReadContinuation<T>>(
+                                 state, std::move(*raced), waiter->takeCallback()));
 }
 
 // Writes `item` for the actor `self`, parking while a bounded channel is
-// full; `on_written(Status)` then runs in the actor's context with OPEN, or
+// full; `onWritten(Status)` then runs in the actor's context with OPEN, or
 // CLOSED/DRAINED if the channel closed first (the item was not written).
 template <class T, class U, class F>
-void write_then(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
-                F&& on_written) {
-  std::function<void(Status)> callback(std::forward<F>(on_written));
+void writeThen(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
+                F&& onWritten) {
+  std::function<void(Status)> callback(std::forward<F>(onWritten));
   const auto& state = channel.state();
   T value(std::forward<U>(item));
   auto status = state->write(
     1, [&](auto& queue) { queue.push_back(std::move(value)); }, nullptr,
     false);
-  if (status != Status::full) {
-    detail::run_in_actor(self, std::make_shared<detail::WriteContinuation>(
+  if (status != Status::kFull) {
+    detail::runInActor(self, std::make_shared<detail::WriteContinuation>(
                                  status, std::move(callback)));
     return;
   }
@@ -189,9 +189,9 @@ void write_then(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
   pending.push_back(std::move(value));
   auto waiter = std::make_shared<detail::ActorWriteWaiter<T>>(self, std::move(pending),
                                                               std::move(callback));
-  if (auto raced = state->write_or_park(waiter))
-    detail::run_in_actor(self, std::make_shared<detail::WriteContinuation>(
-                                 *raced, waiter->take_callback()));
+  if (auto raced = state->writeOrPark(waiter))
+    detail::runInActor(self, std::make_shared<detail::WriteContinuation>(
+                                 *raced, waiter->takeCallback()));
 }
 
 } // namespace actorpipe::dataflow

@@ -4,7 +4,7 @@
 //
 // A Channel<T> is a cheap, copyable handle to shared state, so channels can
 // be captured, stored, and sent through other channels. Blocking calls are
-// for plain threads; actors use read_then/write_then from actor_io.h, which
+// for plain threads; actors use readThen/writeThen from actor_io.h, which
 // park the request in the channel instead of blocking a scheduler thread.
 
 #include <actorpipe/actors/dataflow/channel_state.h>
@@ -35,24 +35,24 @@ public:
   // channel is bounded. Returns OPEN, or CLOSED/DRAINED with nothing written.
   template <class... Us>
   Status write(Us&&... items) const {
-    return write_impl(nullptr, true, std::forward<Us>(items)...);
+    return writeImpl(nullptr, true, std::forward<Us>(items)...);
   }
 
   // Like write, but returns FULL instead of waiting for room.
   template <class... Us>
-  Status try_write(Us&&... items) const {
-    return write_impl(nullptr, false, std::forward<Us>(items)...);
+  Status tryWrite(Us&&... items) const {
+    return writeImpl(nullptr, false, std::forward<Us>(items)...);
   }
 
   // Like write, but returns FULL if no room came within `timeout`.
   template <class Rep, class Period, class... Us>
-  Status write_for(std::chrono::duration<Rep, Period> timeout, Us&&... items) const {
+  Status writeFor(std::chrono::duration<Rep, Period> timeout, Us&&... items) const {
     auto deadline = detail::Clock::now() + timeout;
-    return write_impl(&deadline, true, std::forward<Us>(items)...);
+    return writeImpl(&deadline, true, std::forward<Us>(items)...);
   }
 
   // Writes a whole vector as one atomic batch.
-  Status write_all(std::vector<T> items) const {
+  Status writeAll(std::vector<T> items) const {
     auto count = items.size();
     return state_->write(
       count,
@@ -68,11 +68,11 @@ public:
   ReadResult<T> read() const { return state_->read(nullptr, true); }
 
   // Never waits: (EMPTY, nothing) if the channel is open but empty.
-  ReadResult<T> try_read() const { return state_->read(nullptr, false); }
+  ReadResult<T> tryRead() const { return state_->read(nullptr, false); }
 
   // Waits at most `timeout`: (EMPTY, nothing) on timeout.
   template <class Rep, class Period>
-  ReadResult<T> read_for(std::chrono::duration<Rep, Period> timeout) const {
+  ReadResult<T> readFor(std::chrono::duration<Rep, Period> timeout) const {
     auto deadline = detail::Clock::now() + timeout;
     return state_->read(&deadline, true);
   }
@@ -82,7 +82,7 @@ public:
   void close() const { state_->close(); }
 
   Status status() const { return state_->status(); }
-  bool is_closed() const { return state_->status() != Status::open; }
+  bool isClosed() const { return state_->status() != Status::kOpen; }
   std::size_t size() const { return state_->size(); }
   std::size_t capacity() const { return state_->capacity(); }
 
@@ -95,7 +95,7 @@ public:
 
 private:
   template <class... Us>
-  Status write_impl(const detail::Clock::time_point* deadline, bool blocking,
+  Status writeImpl(const detail::Clock::time_point* deadline, bool blocking,
                     Us&&... items) const {
     static_assert(sizeof...(Us) > 0, "write needs at least one item");
     // Items are only moved from if the write happens, so a refused write

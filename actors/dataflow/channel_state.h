@@ -14,10 +14,10 @@
 // Everything that waits (sleeping threads, parked actor requests, select
 // watchers) goes through the "waiting room": a mutex, two condition
 // variables and the parked lists. Fast paths only look at a counter of
-// waiters, read inside their side lock: a writer reads `waiting_readers_`
+// waiters, read inside their side lock: a writer reads `waitingReaders_`
 // under the writer lock, and whoever waits for items registers there under
 // that same lock before re-checking the ring (likewise for readers and
-// `waiting_writers_` under the reader lock). The lock orders the two, so
+// `waitingWriters_` under the reader lock). The lock orders the two, so
 // either the writer sees the waiter or the waiter sees the item: no wake-up
 // is lost, and the fast path needs no fence beyond the lock itself.
 //
@@ -46,7 +46,7 @@ class ReadWaiter {
 public:
   virtual ~ReadWaiter() = default;
   // False once nobody can take the item any more (its actor is gone).
-  virtual bool still_waiting() const = 0;
+  virtual bool stillWaiting() const = 0;
   // Called once, outside every channel lock.
   virtual void resolve(ReadResult<T> result) = 0;
 };
@@ -56,8 +56,8 @@ template <class T>
 class WriteWaiter {
 public:
   virtual ~WriteWaiter() = default;
-  virtual bool still_waiting() const = 0;
-  virtual std::vector<T>& pending_items() = 0;
+  virtual bool stillWaiting() const = 0;
+  virtual std::vector<T>& pendingItems() = 0;
   virtual void resolve(Status status) = 0;
 };
 
@@ -82,12 +82,12 @@ struct AfterUnlock {
 // thread costs ~40 us to wake, far more than a busy peer needs to produce or
 // consume the next item.
 template <class Ready>
-bool spin_until(Ready&& ready) {
+bool spinUntil(Ready&& ready) {
   for (int round = 0; round < 256; ++round) {
     if (ready())
       return true;
     if (round < 64)
-      cpu_relax();
+      cpuRelax();
     else
       std::this_thread::yield();
   }
@@ -137,8 +137,8 @@ public:
                bool blocking) {
     bool spun = false;
     for (;;) {
-      auto outcome = try_append(count, push);
-      if (outcome != Status::full || !blocking)
+      auto outcome = tryAppend(count, push);
+      if (outcome != Status::kFull || !blocking)
         return outcome;
       if (!spun) {
         spun = true;
@@ -147,31 +147,31 @@ public:
         // line item after item.
         auto extra = std::min<std::size_t>(capacity_ / 4, 8);
         int rounds = 0;
-        spin_until([&] {
-          return closed_flag_.load() || room_for(count + (++rounds > 16 ? 0 : extra));
+        spinUntil([&] {
+          return closedFlag_.load() || roomFor(count + (++rounds > 16 ? 0 : extra));
         });
         continue;
       }
       std::unique_lock<std::mutex> room(room_);
-      ++sleeping_writers_;
+      ++sleepingWriters_;
       if (count > 1)
-        ++sleeping_batch_writers_;
-      register_waiting_writer();
+        ++sleepingBatchWriters_;
+      registerWaitingWriter();
       bool timed_out = false;
-      if (!closed_flag_.load() && !room_for(count)) {
+      if (!closedFlag_.load() && !roomFor(count)) {
         if (deadline)
           timed_out = writable_.wait_until(room, *deadline) == std::cv_status::timeout;
         else
           writable_.wait(room);
       }
-      waiting_writers_.fetch_sub(1);
-      --sleeping_writers_;
+      waitingWriters_.fetch_sub(1);
+      --sleepingWriters_;
       if (count > 1)
-        --sleeping_batch_writers_;
+        --sleepingBatchWriters_;
       room.unlock();
       if (timed_out) {
-        auto last_try = try_append(count, push);
-        return last_try;
+        auto lastTry = tryAppend(count, push);
+        return lastTry;
       }
     }
   }
@@ -179,76 +179,76 @@ public:
   ReadResult<T> read(const Clock::time_point* deadline, bool blocking) {
     bool spun = false;
     for (;;) {
-      auto result = try_take();
-      if (result.status != Status::empty || !blocking)
+      auto result = tryTake();
+      if (result.status != Status::kEmpty || !blocking)
         return result;
       if (!spun) {
         spun = true;
         // Likewise, a reader that found the channel empty waits briefly for
         // a few items rather than chasing the writer one item at a time.
         int rounds = 0;
-        spin_until([&] {
-          return closed_flag_.load() || size() >= 8 || (++rounds > 16 && !is_empty());
+        spinUntil([&] {
+          return closedFlag_.load() || size() >= 8 || (++rounds > 16 && !isEmpty());
         });
         continue;
       }
       std::unique_lock<std::mutex> room(room_);
-      ++sleeping_readers_;
-      register_waiting_reader();
+      ++sleepingReaders_;
+      registerWaitingReader();
       bool timed_out = false;
-      if (!readable_hint()) {
+      if (!readableHint()) {
         if (deadline)
           timed_out = readable_.wait_until(room, *deadline) == std::cv_status::timeout;
         else
           readable_.wait(room);
       }
-      waiting_readers_.fetch_sub(1);
-      --sleeping_readers_;
+      waitingReaders_.fetch_sub(1);
+      --sleepingReaders_;
       room.unlock();
       if (timed_out)
-        return try_take();
+        return tryTake();
     }
   }
 
   // Takes an item if there is one (or reports DRAINED); otherwise keeps the
   // waiter, to be resolved by a later write or close.
-  std::optional<ReadResult<T>> read_or_park(std::shared_ptr<ReadWaiter<T>> waiter) {
+  std::optional<ReadResult<T>> readOrPark(std::shared_ptr<ReadWaiter<T>> waiter) {
     std::unique_lock<std::mutex> room(room_);
-    register_waiting_reader();
-    auto now = try_take_quietly();
-    if (now.status != Status::empty) {
-      waiting_readers_.fetch_sub(1);
+    registerWaitingReader();
+    auto now = tryTakeQuietly();
+    if (now.status != Status::kEmpty) {
+      waitingReaders_.fetch_sub(1);
       AfterUnlock<T> after;
-      after_take_locked(after);
+      afterTakeLocked(after);
       room.unlock();
       after.run();
       return now;
     }
-    forget_departed(parked_readers_, waiting_readers_);
-    parked_readers_.push_back(std::move(waiter));
+    forgetDeparted(parkedReaders_, waitingReaders_);
+    parkedReaders_.push_back(std::move(waiter));
     return std::nullopt;
   }
 
   // Writes the waiter's items if they fit now; otherwise keeps the waiter
   // until a read makes room or the channel closes.
-  std::optional<Status> write_or_park(std::shared_ptr<WriteWaiter<T>> waiter) {
+  std::optional<Status> writeOrPark(std::shared_ptr<WriteWaiter<T>> waiter) {
     std::unique_lock<std::mutex> room(room_);
-    register_waiting_writer();
-    auto& pending = waiter->pending_items();
-    auto outcome = try_append_quietly(pending.size(), [&](Appender& out) {
+    registerWaitingWriter();
+    auto& pending = waiter->pendingItems();
+    auto outcome = tryAppendQuietly(pending.size(), [&](Appender& out) {
       for (auto& item : pending)
         out.emplace_back(std::move(item));
     });
-    if (outcome == Status::full) {
-      forget_departed(parked_writers_, waiting_writers_);
-      parked_writers_.push_back(std::move(waiter));
+    if (outcome == Status::kFull) {
+      forgetDeparted(parkedWriters_, waitingWriters_);
+      parkedWriters_.push_back(std::move(waiter));
       return std::nullopt;
     }
-    waiting_writers_.fetch_sub(1);
+    waitingWriters_.fetch_sub(1);
     pending.clear();
     AfterUnlock<T> after;
-    if (outcome == Status::open)
-      after_append_locked(after);
+    if (outcome == Status::kOpen)
+      afterAppendLocked(after);
     room.unlock();
     after.run();
     return outcome;
@@ -259,18 +259,18 @@ public:
   void unread(T item) {
     std::unique_lock<std::mutex> room(room_);
     {
-      std::lock_guard<SpinLock> writers(write_lock_);
-      std::lock_guard<SpinLock> readers(read_lock_);
+      std::lock_guard<SpinLock> writers(writeLock_);
+      std::lock_guard<SpinLock> readers(readLock_);
       auto head = head_.load();
       auto tail = tail_.load();
       if (tail - head > mask_)
-        grow_locked(tail - head + 1);
+        growLocked(tail - head + 1);
       new (slot(head - 1)) T(std::move(item));
       head_.store(head - 1);
-      known_head_ = head - 1;
+      knownHead_ = head - 1;
     }
     AfterUnlock<T> after;
-    after_append_locked(after);
+    afterAppendLocked(after);
     room.unlock();
     after.run();
   }
@@ -278,20 +278,20 @@ public:
   void close() {
     std::unique_lock<std::mutex> room(room_);
     {
-      std::lock_guard<SpinLock> writers(write_lock_);
+      std::lock_guard<SpinLock> writers(writeLock_);
       if (closed_)
         return;
       closed_ = true;
-      closed_flag_.store(true);
+      closedFlag_.store(true);
     }
     AfterUnlock<T> after;
-    serve_parked_readers_locked(after);
-    auto refused = is_empty() ? Status::drained : Status::closed;
-    for (auto& waiter : parked_writers_) {
+    serveParkedReadersLocked(after);
+    auto refused = isEmpty() ? Status::kDrained : Status::kClosed;
+    for (auto& waiter : parkedWriters_) {
       after.writes.emplace_back(std::move(waiter), refused);
-      waiting_writers_.fetch_sub(1);
+      waitingWriters_.fetch_sub(1);
     }
-    parked_writers_.clear();
+    parkedWriters_.clear();
     readable_.notify_all();
     writable_.notify_all();
     after.signals = watchers_;
@@ -300,9 +300,9 @@ public:
   }
 
   Status status() const {
-    if (!closed_flag_.load())
-      return Status::open;
-    return is_empty() ? Status::drained : Status::closed;
+    if (!closedFlag_.load())
+      return Status::kOpen;
+    return isEmpty() ? Status::kDrained : Status::kClosed;
   }
 
   std::size_t size() const {
@@ -318,8 +318,8 @@ public:
   bool watch(const std::shared_ptr<Signal>& signal) {
     std::lock_guard<std::mutex> room(room_);
     watchers_.push_back(signal);
-    register_waiting_reader();
-    return !is_empty();
+    registerWaitingReader();
+    return !isEmpty();
   }
 
   void unwatch(const std::shared_ptr<Signal>& signal) {
@@ -327,7 +327,7 @@ public:
     auto it = std::find(watchers_.begin(), watchers_.end(), signal);
     if (it != watchers_.end()) {
       watchers_.erase(it);
-      waiting_readers_.fetch_sub(1);
+      waitingReaders_.fetch_sub(1);
     }
   }
 
@@ -338,9 +338,9 @@ private:
 
   T* slot(std::size_t index) const { return slots_ + (index & mask_); }
 
-  bool is_empty() const { return head_.load() == tail_.load(); }
+  bool isEmpty() const { return head_.load() == tail_.load(); }
 
-  bool readable_hint() const { return !is_empty() || closed_flag_.load(); }
+  bool readableHint() const { return !isEmpty() || closedFlag_.load(); }
 
   bool fits(std::size_t size, std::size_t count) const {
     // A batch larger than the capacity may enter an empty channel; otherwise
@@ -348,18 +348,18 @@ private:
     return capacity_ == 0 || size == 0 || size + count <= capacity_;
   }
 
-  bool room_for(std::size_t count) const { return fits(size(), count); }
+  bool roomFor(std::size_t count) const { return fits(size(), count); }
 
   // -- writer side ------------------------------------------------------------
 
   template <class Push>
-  Status try_append(std::size_t count, Push& push) {
-    bool readers_waiting = false;
-    auto outcome = try_append_quietly(count, push, &readers_waiting);
-    if (outcome == Status::open && readers_waiting) {
+  Status tryAppend(std::size_t count, Push& push) {
+    bool readersWaiting = false;
+    auto outcome = tryAppendQuietly(count, push, &readersWaiting);
+    if (outcome == Status::kOpen && readersWaiting) {
       std::unique_lock<std::mutex> room(room_);
       AfterUnlock<T> after;
-      after_append_locked(after);
+      afterAppendLocked(after);
       room.unlock();
       after.run();
     }
@@ -368,63 +368,63 @@ private:
 
   // Appends without looking at waiters.
   template <class Push>
-  Status try_append_quietly(std::size_t count, Push&& push,
-                            bool* readers_waiting = nullptr) {
-    std::lock_guard<SpinLock> writers(write_lock_);
+  Status tryAppendQuietly(std::size_t count, Push&& push,
+                            bool* readersWaiting = nullptr) {
+    std::lock_guard<SpinLock> writers(writeLock_);
     auto tail = tail_.load(std::memory_order_relaxed);
     if (closed_) {
-      known_head_ = head_.load(std::memory_order_acquire);
-      return tail == known_head_ ? Status::drained : Status::closed;
+      knownHead_ = head_.load(std::memory_order_acquire);
+      return tail == knownHead_ ? Status::kDrained : Status::kClosed;
     }
-    if (!fits(tail - known_head_, count)) {
-      known_head_ = head_.load();
-      if (!fits(tail - known_head_, count))
-        return Status::full;
+    if (!fits(tail - knownHead_, count)) {
+      knownHead_ = head_.load();
+      if (!fits(tail - knownHead_, count))
+        return Status::kFull;
     }
-    if (tail + count - known_head_ > mask_ + 1) {
-      known_head_ = head_.load(std::memory_order_acquire);
-      if (tail + count - known_head_ > mask_ + 1) {
-        std::lock_guard<SpinLock> readers(read_lock_);
-        known_head_ = head_.load(std::memory_order_acquire);
-        grow_locked(tail + count - known_head_);
+    if (tail + count - knownHead_ > mask_ + 1) {
+      knownHead_ = head_.load(std::memory_order_acquire);
+      if (tail + count - knownHead_ > mask_ + 1) {
+        std::lock_guard<SpinLock> readers(readLock_);
+        knownHead_ = head_.load(std::memory_order_acquire);
+        growLocked(tail + count - knownHead_);
       }
     }
     Appender out(*this, tail);
     push(out);
     tail_.store(tail + count, std::memory_order_release);
-    if (readers_waiting)
-      *readers_waiting = waiting_readers_.load(std::memory_order_relaxed) > 0;
-    return Status::open;
+    if (readersWaiting)
+      *readersWaiting = waitingReaders_.load(std::memory_order_relaxed) > 0;
+    return Status::kOpen;
   }
 
   // Needs both side locks. Keeps absolute indices, re-homing each item.
-  void grow_locked(std::size_t needed) {
+  void growLocked(std::size_t needed) {
     auto ring = mask_ + 1;
     while (ring < needed)
       ring *= 2;
     if (ring == mask_ + 1)
       return;
     auto* fresh = allocate(ring);
-    auto new_mask = ring - 1;
+    auto newMask = ring - 1;
     for (auto i = head_.load(std::memory_order_relaxed), end = tail_.load(std::memory_order_relaxed);
          i != end; ++i) {
-      new (fresh + (i & new_mask)) T(std::move(*slot(i)));
+      new (fresh + (i & newMask)) T(std::move(*slot(i)));
       slot(i)->~T();
     }
     ::operator delete(slots_);
     slots_ = fresh;
-    mask_ = new_mask;
+    mask_ = newMask;
   }
 
   // -- reader side ------------------------------------------------------------
 
-  ReadResult<T> try_take() {
-    bool writers_waiting = false;
-    auto result = try_take_quietly(&writers_waiting);
-    if (result.has_item() && writers_waiting) {
+  ReadResult<T> tryTake() {
+    bool writersWaiting = false;
+    auto result = tryTakeQuietly(&writersWaiting);
+    if (result.hasItem() && writersWaiting) {
       std::unique_lock<std::mutex> room(room_);
       AfterUnlock<T> after;
-      after_take_locked(after);
+      afterTakeLocked(after);
       room.unlock();
       after.run();
     }
@@ -432,26 +432,26 @@ private:
   }
 
   // Takes without looking at waiters: (OPEN|CLOSED, item), DRAINED or EMPTY.
-  ReadResult<T> try_take_quietly(bool* writers_waiting = nullptr) {
-    std::lock_guard<SpinLock> readers(read_lock_);
+  ReadResult<T> tryTakeQuietly(bool* writersWaiting = nullptr) {
+    std::lock_guard<SpinLock> readers(readLock_);
     auto head = head_.load(std::memory_order_relaxed);
-    if (head == known_tail_) {
-      known_tail_ = tail_.load();
-      if (head == known_tail_) {
-        if (!closed_flag_.load())
-          return ReadResult<T>(Status::empty);
+    if (head == knownTail_) {
+      knownTail_ = tail_.load();
+      if (head == knownTail_) {
+        if (!closedFlag_.load())
+          return ReadResult<T>(Status::kEmpty);
         // Close happens after the last write, so this tail is final.
-        known_tail_ = tail_.load(std::memory_order_acquire);
-        if (head == known_tail_)
-          return ReadResult<T>(Status::drained);
+        knownTail_ = tail_.load(std::memory_order_acquire);
+        if (head == knownTail_)
+          return ReadResult<T>(Status::kDrained);
       }
     }
-    auto status = closed_flag_.load(std::memory_order_acquire) ? Status::closed : Status::open;
+    auto status = closedFlag_.load(std::memory_order_acquire) ? Status::kClosed : Status::kOpen;
     ReadResult<T> result(status, std::move(*slot(head)));
     slot(head)->~T();
     head_.store(head + 1, std::memory_order_release);
-    if (writers_waiting)
-      *writers_waiting = waiting_writers_.load(std::memory_order_relaxed) > 0;
+    if (writersWaiting)
+      *writersWaiting = waitingWriters_.load(std::memory_order_relaxed) > 0;
     return result;
   }
 
@@ -459,59 +459,59 @@ private:
 
   // Hands available items to parked readers; once the channel is drained,
   // tells the remaining ones.
-  void serve_parked_readers_locked(AfterUnlock<T>& after) {
-    while (!parked_readers_.empty()) {
-      auto& waiter = parked_readers_.front();
-      if (!waiter->still_waiting()) {
-        parked_readers_.pop_front();
-        waiting_readers_.fetch_sub(1);
+  void serveParkedReadersLocked(AfterUnlock<T>& after) {
+    while (!parkedReaders_.empty()) {
+      auto& waiter = parkedReaders_.front();
+      if (!waiter->stillWaiting()) {
+        parkedReaders_.pop_front();
+        waitingReaders_.fetch_sub(1);
         continue;
       }
-      auto now = try_take_quietly();
-      if (now.status == Status::empty)
+      auto now = tryTakeQuietly();
+      if (now.status == Status::kEmpty)
         return;
       after.reads.emplace_back(std::move(waiter), std::move(now));
-      parked_readers_.pop_front();
-      waiting_readers_.fetch_sub(1);
+      parkedReaders_.pop_front();
+      waitingReaders_.fetch_sub(1);
     }
   }
 
-  void after_append_locked(AfterUnlock<T>& after) {
-    serve_parked_readers_locked(after);
-    if (sleeping_readers_ > 0 && !is_empty())
+  void afterAppendLocked(AfterUnlock<T>& after) {
+    serveParkedReadersLocked(after);
+    if (sleepingReaders_ > 0 && !isEmpty())
       readable_.notify_all();
     if (!watchers_.empty())
       after.signals = watchers_;
   }
 
-  void after_take_locked(AfterUnlock<T>& after) {
+  void afterTakeLocked(AfterUnlock<T>& after) {
     bool admitted = false;
-    while (!parked_writers_.empty()) {
-      auto& waiter = parked_writers_.front();
-      if (!waiter->still_waiting()) {
-        parked_writers_.pop_front();
-        waiting_writers_.fetch_sub(1);
+    while (!parkedWriters_.empty()) {
+      auto& waiter = parkedWriters_.front();
+      if (!waiter->stillWaiting()) {
+        parkedWriters_.pop_front();
+        waitingWriters_.fetch_sub(1);
         continue;
       }
-      auto& pending = waiter->pending_items();
-      auto outcome = try_append_quietly(pending.size(), [&](Appender& out) {
+      auto& pending = waiter->pendingItems();
+      auto outcome = tryAppendQuietly(pending.size(), [&](Appender& out) {
         for (auto& item : pending)
           out.emplace_back(std::move(item));
       });
-      if (outcome == Status::full)
+      if (outcome == Status::kFull)
         break;
       pending.clear();
       after.writes.emplace_back(std::move(waiter), outcome);
-      parked_writers_.pop_front();
-      waiting_writers_.fetch_sub(1);
-      admitted = admitted || outcome == Status::open;
+      parkedWriters_.pop_front();
+      waitingWriters_.fetch_sub(1);
+      admitted = admitted || outcome == Status::kOpen;
     }
     if (admitted)
-      after_append_locked(after);
-    if (sleeping_writers_ > 0) {
+      afterAppendLocked(after);
+    if (sleepingWriters_ > 0) {
       // A batch writer may need more than one free slot; waking only one
       // writer could pick it and leave a single-item writer asleep.
-      if (sleeping_batch_writers_ > 0)
+      if (sleepingBatchWriters_ > 0)
         writable_.notify_all();
       else
         writable_.notify_one();
@@ -519,47 +519,47 @@ private:
   }
 
   template <class Waiters>
-  static void forget_departed(Waiters& waiters, std::atomic<int>& counter) {
+  static void forgetDeparted(Waiters& waiters, std::atomic<int>& counter) {
     if (waiters.size() < 16)
       return;
     auto before = waiters.size();
     waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
-                                 [](auto& w) { return !w->still_waiting(); }),
+                                 [](auto& w) { return !w->stillWaiting(); }),
                   waiters.end());
     counter.fetch_sub(static_cast<int>(before - waiters.size()));
   }
 
   // Registration happens under the side lock whose fast path reads the
   // counter; see the comment at the top of this file.
-  void register_waiting_reader() {
-    std::lock_guard<SpinLock> writers(write_lock_);
-    waiting_readers_.fetch_add(1);
+  void registerWaitingReader() {
+    std::lock_guard<SpinLock> writers(writeLock_);
+    waitingReaders_.fetch_add(1);
   }
 
-  void register_waiting_writer() {
-    std::lock_guard<SpinLock> readers(read_lock_);
-    waiting_writers_.fetch_add(1);
+  void registerWaitingWriter() {
+    std::lock_guard<SpinLock> readers(readLock_);
+    waitingWriters_.fetch_add(1);
   }
 
   // Writer side: its lock and its view of the reader side.
-  alignas(64) SpinLock write_lock_;
-  std::size_t known_head_ = 0;
+  alignas(64) SpinLock writeLock_;
+  std::size_t knownHead_ = 0;
   bool closed_ = false;
 
   // Reader side: its lock and its view of the writer side.
-  alignas(64) SpinLock read_lock_;
-  std::size_t known_tail_ = 0;
+  alignas(64) SpinLock readLock_;
+  std::size_t knownTail_ = 0;
 
   alignas(64) std::atomic<std::size_t> tail_{0};
   alignas(64) std::atomic<std::size_t> head_{0};
 
   // Read by both sides on every operation, written rarely.
-  alignas(64) std::atomic<bool> closed_flag_{false};
+  alignas(64) std::atomic<bool> closedFlag_{false};
   // Sleeping readers, parked readers and select watchers: a write must
   // visit the waiting room while there are any.
-  std::atomic<int> waiting_readers_{0};
+  std::atomic<int> waitingReaders_{0};
   // Sleeping and parked writers: a read must visit the waiting room.
-  std::atomic<int> waiting_writers_{0};
+  std::atomic<int> waitingWriters_{0};
   T* slots_ = nullptr;
   std::size_t mask_ = 0;
   const std::size_t capacity_;
@@ -568,11 +568,11 @@ private:
   alignas(64) std::mutex room_;
   std::condition_variable readable_;
   std::condition_variable writable_;
-  std::size_t sleeping_readers_ = 0;
-  std::size_t sleeping_writers_ = 0;
-  std::size_t sleeping_batch_writers_ = 0;
-  std::deque<std::shared_ptr<ReadWaiter<T>>> parked_readers_;
-  std::deque<std::shared_ptr<WriteWaiter<T>>> parked_writers_;
+  std::size_t sleepingReaders_ = 0;
+  std::size_t sleepingWriters_ = 0;
+  std::size_t sleepingBatchWriters_ = 0;
+  std::deque<std::shared_ptr<ReadWaiter<T>>> parkedReaders_;
+  std::deque<std::shared_ptr<WriteWaiter<T>>> parkedWriters_;
   std::vector<std::shared_ptr<Signal>> watchers_;
 };
 

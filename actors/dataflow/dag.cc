@@ -19,7 +19,7 @@ using stage_idle_atom = caf::atom_constant<caf::atom("dfidle")>;
 
 namespace detail {
 
-void finish_stage_actor(caf::scheduled_actor* self) {
+void finishStageActor(caf::scheduled_actor* self) {
   self->quit();
 }
 
@@ -27,7 +27,7 @@ void finish_stage_actor(caf::scheduled_actor* self) {
 
 struct Dag::State {
   std::mutex mutex;
-  std::condition_variable all_ended;
+  std::condition_variable allEnded;
   std::size_t running = 0;
   std::exception_ptr first_error;
   std::vector<caf::actor> actors;
@@ -53,12 +53,12 @@ void Dag::launch(std::shared_ptr<detail::StageBody> body, std::size_t actors) {
     });
     // Weak: the actor keeps this functor until it ends, and the state keeps
     // the actor handle; a strong pointer would make the pair immortal.
-    std::weak_ptr<State> weak_state = state_;
-    actor->attach_functor([weak_state] {
-      if (auto state = weak_state.lock()) {
+    std::weak_ptr<State> weakState = state_;
+    actor->attach_functor([weakState] {
+      if (auto state = weakState.lock()) {
         std::lock_guard<std::mutex> guard(state->mutex);
         --state->running;
-        state->all_ended.notify_all();
+        state->allEnded.notify_all();
       }
     });
     std::lock_guard<std::mutex> guard(state_->mutex);
@@ -66,10 +66,10 @@ void Dag::launch(std::shared_ptr<detail::StageBody> body, std::size_t actors) {
   }
 }
 
-detail::ErrorSink Dag::error_sink() const {
-  std::weak_ptr<State> weak_state = state_;
-  return [weak_state](std::exception_ptr error) {
-    if (auto state = weak_state.lock()) {
+detail::ErrorSink Dag::errorSink() const {
+  std::weak_ptr<State> weakState = state_;
+  return [weakState](std::exception_ptr error) {
+    if (auto state = weakState.lock()) {
       std::lock_guard<std::mutex> guard(state->mutex);
       if (!state->first_error)
         state->first_error = std::move(error);
@@ -79,7 +79,7 @@ detail::ErrorSink Dag::error_sink() const {
 
 void Dag::wait() {
   std::unique_lock<std::mutex> guard(state_->mutex);
-  state_->all_ended.wait(guard, [&] { return state_->running == 0; });
+  state_->allEnded.wait(guard, [&] { return state_->running == 0; });
   state_->actors.clear();
   if (auto error = state_->first_error) {
     state_->first_error = nullptr;
@@ -87,9 +87,9 @@ void Dag::wait() {
   }
 }
 
-bool Dag::wait_for_ms(std::chrono::milliseconds timeout) {
+bool Dag::waitForMs(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> guard(state_->mutex);
-  if (!state_->all_ended.wait_for(guard, timeout, [&] { return state_->running == 0; }))
+  if (!state_->allEnded.wait_for(guard, timeout, [&] { return state_->running == 0; }))
     return false;
   state_->actors.clear();
   if (auto error = state_->first_error) {

@@ -9,8 +9,8 @@
 //   ... write input, input.close(), read output until DRAINED ...
 //   dag.wait();
 //
-// Each stage is one or more actors that read their input with read_then and
-// write with write_then, so no stage ever blocks a scheduler thread. When a
+// Each stage is one or more actors that read their input with readThen and
+// write with writeThen, so no stage ever blocks a scheduler thread. When a
 // stage's input is drained, its actors end, and the last one closes the
 // stage's output: closing the input cascades through every stage. If a
 // downstream channel is closed early, a stage closes its own input, so the
@@ -55,7 +55,7 @@ public:
 };
 
 // Ends the calling stage actor.
-void finish_stage_actor(caf::scheduled_actor* self);
+void finishStageActor(caf::scheduled_actor* self);
 
 using ErrorSink = std::function<void(std::exception_ptr)>;
 
@@ -63,17 +63,17 @@ template <class In, class Out, class Fn>
 class ForwardingStage final : public StageBody,
                               public std::enable_shared_from_this<ForwardingStage<In, Out, Fn>> {
 public:
-  static constexpr bool is_sink = std::is_void_v<Out>;
-  using OutChannel = Channel<std::conditional_t<is_sink, int, Out>>;
+  static constexpr bool isSink = std::is_void_v<Out>;
+  using OutChannel = Channel<std::conditional_t<isSink, int, Out>>;
 
   ForwardingStage(std::vector<Channel<In>> inputs, OutChannel output, Fn fn,
                   std::size_t actors, ErrorSink errors)
     : inputs_(std::move(inputs)), output_(std::move(output)), fn_(std::move(fn)),
-      live_actors_(actors), errors_(std::move(errors)) {
+      liveActors_(actors), errors_(std::move(errors)) {
   }
 
   void start(caf::scheduled_actor* self) override {
-    pump(self, next_input_.fetch_add(1) % inputs_.size());
+    pump(self, nextInput_.fetch_add(1) % inputs_.size());
   }
 
 private:
@@ -84,36 +84,36 @@ private:
   // callback runs in that actor the lock succeeds.
   void pump(caf::scheduled_actor* self, std::size_t which) {
     std::weak_ptr<ForwardingStage> weak = this->shared_from_this();
-    read_then(self, inputs_[which], [weak, self, which](ReadResult<In> read) {
+    readThen(self, inputs_[which], [weak, self, which](ReadResult<In> read) {
       auto me = weak.lock();
       if (!me)
         return;
       if (!read.item) {
-        me->actor_done(self);
+        me->actorDone(self);
         return;
       }
-      if constexpr (is_sink) {
+      if constexpr (isSink) {
         if (me->apply(*read.item, me->inputs_[which]))
           me->pump(self, which);
         else
-          me->actor_done(self);
+          me->actorDone(self);
       } else {
         auto produced = me->apply(*read.item, me->inputs_[which]);
         if (!produced) {
-          me->actor_done(self);
+          me->actorDone(self);
           return;
         }
-        write_then(self, me->output_, std::move(*produced), [weak, self, which](Status status) {
+        writeThen(self, me->output_, std::move(*produced), [weak, self, which](Status status) {
           auto me = weak.lock();
           if (!me)
             return;
-          if (status == Status::open) {
+          if (status == Status::kOpen) {
             me->pump(self, which);
             return;
           }
           // Nobody downstream wants more: tell upstream to stop too.
           me->inputs_[which].close();
-          me->actor_done(self);
+          me->actorDone(self);
         });
       }
     });
@@ -122,10 +122,10 @@ private:
   // Runs the stage function; on an exception reports it and shuts the stage
   // down on both sides. Returns false then.
   auto apply(In& item, const Channel<In>& input) {
-    using Produced = std::conditional_t<is_sink, bool, std::optional<Out>>;
+    using Produced = std::conditional_t<isSink, bool, std::optional<Out>>;
     Produced produced{};
     try {
-      if constexpr (is_sink) {
+      if constexpr (isSink) {
         fn_(std::move(item));
         produced = true;
       } else {
@@ -139,17 +139,17 @@ private:
     return produced;
   }
 
-  void actor_done(caf::scheduled_actor* self) {
-    if (live_actors_.fetch_sub(1) == 1)
+  void actorDone(caf::scheduled_actor* self) {
+    if (liveActors_.fetch_sub(1) == 1)
       output_.close();
-    finish_stage_actor(self);
+    finishStageActor(self);
   }
 
   std::vector<Channel<In>> inputs_;
   OutChannel output_;
   Fn fn_;
-  std::atomic<std::size_t> live_actors_;
-  std::atomic<std::size_t> next_input_{0};
+  std::atomic<std::size_t> liveActors_;
+  std::atomic<std::size_t> nextInput_{0};
   ErrorSink errors_;
 };
 
@@ -173,7 +173,7 @@ public:
     Channel<Out> output(options.capacity);
     launch(std::make_shared<detail::ForwardingStage<In, Out, Fn>>(
              std::vector<Channel<In>>{std::move(input)}, output, std::move(fn),
-             options.actors, error_sink()),
+             options.actors, errorSink()),
            options.actors);
     return output;
   }
@@ -184,7 +184,7 @@ public:
     options.actors = std::max<std::size_t>(1, options.actors);
     launch(std::make_shared<detail::ForwardingStage<In, void, Fn>>(
              std::vector<Channel<In>>{std::move(input)}, Channel<int>(1), std::move(fn),
-             options.actors, error_sink()),
+             options.actors, errorSink()),
            options.actors);
   }
 
@@ -195,7 +195,7 @@ public:
     auto actors = inputs.size();
     auto forward = [](T item) { return item; };
     launch(std::make_shared<detail::ForwardingStage<T, T, decltype(forward)>>(
-             std::move(inputs), output, forward, actors, error_sink()),
+             std::move(inputs), output, forward, actors, errorSink()),
            actors);
     return output;
   }
@@ -205,8 +205,8 @@ public:
   void wait();
   // Like wait, but gives up after `timeout`; returns whether all ended.
   template <class Rep, class Period>
-  bool wait_for(std::chrono::duration<Rep, Period> timeout) {
-    return wait_for_ms(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  bool waitFor(std::chrono::duration<Rep, Period> timeout) {
+    return waitForMs(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   }
 
   // Stage actors still running.
@@ -216,8 +216,8 @@ private:
   // `actors` is at least one: a stage without actors would never close its
   // output.
   void launch(std::shared_ptr<detail::StageBody> body, std::size_t actors);
-  detail::ErrorSink error_sink() const;
-  bool wait_for_ms(std::chrono::milliseconds timeout);
+  detail::ErrorSink errorSink() const;
+  bool waitForMs(std::chrono::milliseconds timeout);
 
   struct State;
   caf::actor_system& system_;

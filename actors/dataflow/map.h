@@ -1,6 +1,6 @@
 #pragma once
 
-// map(n, fn, args...): n worker threads run fn(args..., worker_index).
+// map(n, fn, args...): n worker threads run fn(args..., workerIndex).
 //
 // Workers are plain threads, not actors, because fn may block (read a
 // channel, load a file); a blocking fn on a scheduler thread would stall
@@ -26,11 +26,11 @@ struct NoResult {};
 template <class R>
 struct MapState {
   using Slot = std::conditional_t<std::is_void_v<R>, NoResult, std::optional<R>>;
-  explicit MapState(std::size_t n) : results(n), errors(n), worker_done(n) {}
+  explicit MapState(std::size_t n) : results(n), errors(n), workerDone(n) {}
   std::vector<Slot> results;
   std::vector<std::exception_ptr> errors;
   // A worker's slots may be read by other threads once its flag is set.
-  std::vector<std::atomic<bool>> worker_done;
+  std::vector<std::atomic<bool>> workerDone;
   std::atomic<std::size_t> finished{0};
   std::atomic<bool> failed{false};
 };
@@ -45,13 +45,13 @@ public:
   MapHandle(const MapHandle&) = delete;
 
   // Threads are always joined, even if nobody calls join().
-  ~MapHandle() { join_threads(); }
+  ~MapHandle() { joinThreads(); }
 
   // Waits for every worker. Returns the results in worker order (nothing
   // for a void fn); if any worker threw, rethrows the exception of the
   // lowest-indexed failed worker, after all have finished.
   auto join() {
-    join_threads();
+    joinThreads();
     for (auto& error : state_->errors)
       if (error)
         std::rethrow_exception(error);
@@ -68,11 +68,11 @@ public:
 
   // Non-blocking: rethrows the first error of the workers that have already
   // failed; returns normally otherwise.
-  void check_errors() const {
+  void checkErrors() const {
     if (!state_->failed.load())
       return;
     for (std::size_t i = 0; i < state_->errors.size(); ++i)
-      if (state_->worker_done[i].load(std::memory_order_acquire) && state_->errors[i])
+      if (state_->workerDone[i].load(std::memory_order_acquire) && state_->errors[i])
         std::rethrow_exception(state_->errors[i]);
   }
 
@@ -85,7 +85,7 @@ public:
   }
 
 private:
-  void join_threads() {
+  void joinThreads() {
     for (auto& thread : threads_)
       if (thread.joinable())
         thread.join();
@@ -114,7 +114,7 @@ auto map(std::size_t n, Fn fn, Args... args) {
         state->errors[index] = std::current_exception();
         state->failed.store(true, std::memory_order_release);
       }
-      state->worker_done[index].store(true, std::memory_order_release);
+      state->workerDone[index].store(true, std::memory_order_release);
       state->finished.fetch_add(1, std::memory_order_release);
     });
   }

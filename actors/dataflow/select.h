@@ -25,7 +25,7 @@ struct Selected {
 
 namespace detail {
 
-inline std::size_t next_select_start() {
+inline std::size_t nextSelectStart() {
   // Rotating the first channel tried keeps one busy channel from starving
   // the others.
   static std::atomic<std::size_t> counter{0};
@@ -33,32 +33,32 @@ inline std::size_t next_select_start() {
 }
 
 template <class T>
-Selected<T> select_impl(const std::vector<Channel<T>>& channels,
+Selected<T> selectImpl(const std::vector<Channel<T>>& channels,
                         const Clock::time_point* deadline, bool blocking) {
   Selected<T> selected;
   if (channels.empty()) {
-    selected.result = ReadResult<T>(Status::drained);
+    selected.result = ReadResult<T>(Status::kDrained);
     return selected;
   }
-  auto start = next_select_start();
+  auto start = nextSelectStart();
   auto poll = [&] {
     std::size_t drained = 0;
     for (std::size_t k = 0; k < channels.size(); ++k) {
       auto index = (start + k) % channels.size();
       auto result = channels[index].state()->read(nullptr, false);
-      if (result.has_item()) {
+      if (result.hasItem()) {
         selected.index = index;
         selected.result = std::move(result);
         return true;
       }
-      if (result.status == Status::drained)
+      if (result.status == Status::kDrained)
         ++drained;
     }
     if (drained == channels.size()) {
-      selected.result = ReadResult<T>(Status::drained);
+      selected.result = ReadResult<T>(Status::kDrained);
       return true;
     }
-    selected.result = ReadResult<T>(Status::empty);
+    selected.result = ReadResult<T>(Status::kEmpty);
     return false;
   };
   for (;;) {
@@ -89,19 +89,19 @@ Selected<T> select_impl(const std::vector<Channel<T>>& channels,
 // Waits until one of the channels yields an item, or all are drained.
 template <class T>
 Selected<T> select(const std::vector<Channel<T>>& channels) {
-  return detail::select_impl(channels, nullptr, true);
+  return detail::selectImpl(channels, nullptr, true);
 }
 
 template <class T>
-Selected<T> try_select(const std::vector<Channel<T>>& channels) {
-  return detail::select_impl(channels, nullptr, false);
+Selected<T> trySelect(const std::vector<Channel<T>>& channels) {
+  return detail::selectImpl(channels, nullptr, false);
 }
 
 template <class T, class Rep, class Period>
-Selected<T> select_for(const std::vector<Channel<T>>& channels,
+Selected<T> selectFor(const std::vector<Channel<T>>& channels,
                        std::chrono::duration<Rep, Period> timeout) {
   auto deadline = detail::Clock::now() + timeout;
-  return detail::select_impl(channels, &deadline, true);
+  return detail::selectImpl(channels, &deadline, true);
 }
 
 } // namespace actorpipe::dataflow

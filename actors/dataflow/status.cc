@@ -4,11 +4,11 @@ namespace actorpipe::dataflow {
 
 const char* to_string(Status status) {
   switch (status) {
-    case Status::open: return "OPEN";
-    case Status::closed: return "CLOSED";
-    case Status::drained: return "DRAINED";
-    case Status::empty: return "EMPTY";
-    case Status::full: return "FULL";
+    case Status::kOpen: return "OPEN";
+    case Status::kClosed: return "CLOSED";
+    case Status::kDrained: return "DRAINED";
+    case Status::kEmpty: return "EMPTY";
+    case Status::kFull: return "FULL";
   }
   return "UNKNOWN";
 }

@@ -10,25 +10,25 @@ namespace actorpipe::dataflow {
 // torch-ipc; `empty` and `full` only come from non-blocking or timed calls
 // that gave up without reading or writing anything.
 enum class Status : std::uint8_t {
-  open,    // done; the channel accepts more
-  closed,  // closed, still holding items (reads get them, writes are refused)
-  drained, // closed and empty: nothing will ever come out again
-  empty,   // nothing to read yet (non-blocking read or read timeout)
-  full,    // no room yet (non-blocking write or write timeout)
+  kOpen,    // done; the channel accepts more
+  kClosed,  // closed, still holding items (reads get them, writes are refused)
+  kDrained, // closed and empty: nothing will ever come out again
+  kEmpty,   // nothing to read yet (non-blocking read or read timeout)
+  kFull,    // no room yet (non-blocking write or write timeout)
 };
 
 const char* to_string(Status status);
 
 template <class T>
 struct ReadResult {
-  Status status = Status::empty;
+  Status status = Status::kEmpty;
   std::optional<T> item;
 
   ReadResult() = default;
   explicit ReadResult(Status status) : status(status) {}
   ReadResult(Status status, T value) : status(status), item(std::move(value)) {}
 
-  bool has_item() const { return item.has_value(); }
+  bool hasItem() const { return item.has_value(); }
   explicit operator bool() const { return item.has_value(); }
 };
 

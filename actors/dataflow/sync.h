@@ -10,7 +10,7 @@
 
 namespace actorpipe::dataflow::detail {
 
-inline void cpu_relax() {
+inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -30,7 +30,7 @@ public:
         return;
       for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
         if (spins < 64)
-          cpu_relax();
+          cpuRelax();
         else
           std::this_thread::yield();
       }

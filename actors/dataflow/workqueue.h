@@ -57,10 +57,10 @@ namespace detail {
 
 // Process-wide table of named queues; type-checked so that two parts of a
 // program cannot open one name with different question/answer types.
-std::shared_ptr<void> find_or_create_named(const std::string& name,
+std::shared_ptr<void> findOrCreateNamed(const std::string& name,
                                            std::type_index type,
                                            const std::function<std::shared_ptr<void>()>& create);
-void forget_named(const std::string& name, const void* state);
+void forgetNamed(const std::string& name, const void* state);
 
 template <class Q, class A>
 class WorkQueueState {
@@ -69,7 +69,7 @@ public:
     : questions(capacity), name(std::move(name)) {
   }
 
-  std::uint64_t register_question(std::optional<std::promise<A>> promise) {
+  std::uint64_t registerQuestion(std::optional<std::promise<A>> promise) {
     std::lock_guard<std::mutex> guard(mutex);
     auto id = next_id++;
     ++asked;
@@ -78,11 +78,11 @@ public:
     return id;
   }
 
-  void unregister_question(std::uint64_t id) {
+  void unregisterQuestion(std::uint64_t id) {
     std::lock_guard<std::mutex> guard(mutex);
     --asked;
     tickets.erase(id);
-    maybe_finish_locked();
+    maybeFinishLocked();
   }
 
   void deliver(Answer<A> answer) {
@@ -105,20 +105,20 @@ public:
     }
     std::lock_guard<std::mutex> guard(mutex);
     ++answered;
-    maybe_finish_locked();
-    all_answered.notify_all();
+    maybeFinishLocked();
+    allAnswered.notify_all();
   }
 
   void close() {
     questions.close();
     std::lock_guard<std::mutex> guard(mutex);
     closed = true;
-    maybe_finish_locked();
+    maybeFinishLocked();
   }
 
   // Once closed and fully answered nothing more can arrive: let the owner's
   // reads see DRAINED instead of waiting forever.
-  void maybe_finish_locked() {
+  void maybeFinishLocked() {
     if (closed && answered >= asked)
       answers.close();
   }
@@ -127,7 +127,7 @@ public:
   Channel<Answer<A>> answers;
   const std::string name;
   std::mutex mutex;
-  std::condition_variable all_answered;
+  std::condition_variable allAnswered;
   std::uint64_t next_id = 1;
   std::uint64_t asked = 0;
   std::uint64_t answered = 0;
@@ -149,14 +149,14 @@ public:
   Worker(Worker&&) noexcept = default;
   Worker& operator=(Worker&&) = delete;
   Worker(const Worker&) = delete;
-  ~Worker() { abandon_unanswered(); }
+  ~Worker() { abandonUnanswered(); }
 
   // Waits for the next question; DRAINED once the queue is closed and empty.
   ReadResult<Job<Q>> read() { return track(state_->questions.read()); }
-  ReadResult<Job<Q>> try_read() { return track(state_->questions.try_read()); }
+  ReadResult<Job<Q>> tryRead() { return track(state_->questions.tryRead()); }
   template <class Rep, class Period>
-  ReadResult<Job<Q>> read_for(std::chrono::duration<Rep, Period> timeout) {
-    return track(state_->questions.read_for(timeout));
+  ReadResult<Job<Q>> readFor(std::chrono::duration<Rep, Period> timeout) {
+    return track(state_->questions.readFor(timeout));
   }
 
   // Answers job `id` (which this worker read).
@@ -219,7 +219,7 @@ private:
     unanswered_.erase(it);
   }
 
-  void abandon_unanswered() {
+  void abandonUnanswered() {
     if (!state_)
       return;
     auto lost = std::make_exception_ptr(WorkerLost());
@@ -244,7 +244,7 @@ public:
   // that name, until it is closed; opening the name again afterwards gives a
   // fresh queue.
   static WorkQueue named(const std::string& name, std::size_t capacity = 0) {
-    auto erased = detail::find_or_create_named(
+    auto erased = detail::findOrCreateNamed(
       name, std::type_index(typeid(detail::WorkQueueState<Q, A>)),
       [&] { return std::make_shared<detail::WorkQueueState<Q, A>>(capacity, name); });
     return WorkQueue(std::static_pointer_cast<detail::WorkQueueState<Q, A>>(erased));
@@ -254,10 +254,10 @@ public:
 
   // Asks a question whose answer arrives through read().
   Status write(Q question) {
-    auto id = state_->register_question(std::nullopt);
+    auto id = state_->registerQuestion(std::nullopt);
     auto status = state_->questions.write(Job<Q>{id, std::move(question)});
-    if (status != Status::open)
-      state_->unregister_question(id);
+    if (status != Status::kOpen)
+      state_->unregisterQuestion(id);
     return status;
   }
 
@@ -266,10 +266,10 @@ public:
   std::future<A> ask(Q question) {
     std::promise<A> promise;
     auto future = promise.get_future();
-    auto id = state_->register_question(std::move(promise));
+    auto id = state_->registerQuestion(std::move(promise));
     auto status = state_->questions.write(Job<Q>{id, std::move(question)});
-    if (status != Status::open) {
-      state_->unregister_question(id);
+    if (status != Status::kOpen) {
+      state_->unregisterQuestion(id);
       std::promise<A> refused;
       refused.set_exception(std::make_exception_ptr(
         std::runtime_error("WorkQueue::ask: queue is closed")));
@@ -281,21 +281,21 @@ public:
   // Next answer in completion order; DRAINED once the queue is closed and
   // every answer has been read.
   ReadResult<Answer<A>> read() { return state_->answers.read(); }
-  ReadResult<Answer<A>> try_read() { return state_->answers.try_read(); }
+  ReadResult<Answer<A>> tryRead() { return state_->answers.tryRead(); }
   template <class Rep, class Period>
-  ReadResult<Answer<A>> read_for(std::chrono::duration<Rep, Period> timeout) {
-    return state_->answers.read_for(timeout);
+  ReadResult<Answer<A>> readFor(std::chrono::duration<Rep, Period> timeout) {
+    return state_->answers.readFor(timeout);
   }
 
   // Waits until every question asked so far has been answered.
   void drain() {
     std::unique_lock<std::mutex> guard(state_->mutex);
-    state_->all_answered.wait(guard, [&] { return state_->answered >= state_->asked; });
+    state_->allAnswered.wait(guard, [&] { return state_->answered >= state_->asked; });
   }
   template <class Rep, class Period>
-  bool drain_for(std::chrono::duration<Rep, Period> timeout) {
+  bool drainFor(std::chrono::duration<Rep, Period> timeout) {
     std::unique_lock<std::mutex> guard(state_->mutex);
-    return state_->all_answered.wait_for(guard, timeout, [&] {
+    return state_->allAnswered.wait_for(guard, timeout, [&] {
       return state_->answered >= state_->asked;
     });
   }
@@ -305,7 +305,7 @@ public:
   void close() {
     state_->close();
     if (!state_->name.empty())
-      detail::forget_named(state_->name, state_.get());
+      detail::forgetNamed(state_->name, state_.get());
   }
 
   std::uint64_t unanswered() const {
@@ -317,7 +317,7 @@ public:
 
   Worker<Q, A> worker() const { return Worker<Q, A>(state_); }
 
-  bool same_queue(const WorkQueue& other) const { return state_ == other.state_; }
+  bool sameQueue(const WorkQueue& other) const { return state_ == other.state_; }
 
 private:
   explicit WorkQueue(std::shared_ptr<detail::WorkQueueState<Q, A>> state)

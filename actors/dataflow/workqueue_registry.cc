@@ -27,7 +27,7 @@ NamedTable& table() {
 } // namespace
 
 std::shared_ptr<void>
-find_or_create_named(const std::string& name, std::type_index type,
+findOrCreateNamed(const std::string& name, std::type_index type,
                      const std::function<std::shared_ptr<void>()>& create) {
   auto& named = table();
   std::lock_guard<std::mutex> guard(named.mutex);
@@ -43,7 +43,7 @@ find_or_create_named(const std::string& name, std::type_index type,
   return state;
 }
 
-void forget_named(const std::string& name, const void* state) {
+void forgetNamed(const std::string& name, const void* state) {
   auto& named = table();
   std::lock_guard<std::mutex> guard(named.mutex);
   auto it = named.entries.find(name);

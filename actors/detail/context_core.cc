@@ -121,7 +121,7 @@ void ContextCore::registerTransport(int64_t priority, std::string name,
     }
   };
   hooks.bounce = [](caf::mailbox_element& e) {
-    bounceRequest(e, to_caf_error(ACTORPIPE_ERROR(ContextClosedError)));
+    bounceRequest(e, toCafError(ACTORPIPE_ERROR(ContextClosedError)));
   };
   entry->actor = spawnOnLoop(*system_, context->loop(), std::move(hooks));
   caf::anon_send(supervisor_, watch_atom::value, entry->actor, std::string("transport"), name);

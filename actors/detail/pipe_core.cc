@@ -47,7 +47,7 @@ void bouncePipeMessage(caf::mailbox_element& element) {
   } else if (msg.match_elements<read_atom, Allocation, Pipe::read_callback_fn>()) {
     msg.get_as<Pipe::read_callback_fn>(2)(error);
   } else {
-    bounceRequest(element, to_caf_error(error));
+    bounceRequest(element, toCafError(error));
   }
 }
 
@@ -123,16 +123,16 @@ void PipeCore::spawnActor() {
       }
     });
     auto closed = [] { return ACTORPIPE_ERROR(PipeClosedError); };
-    // The typed interface (pipe_actor): the compiler checks these handlers
-    // against the interface, so the handle as_actor() returns is what it
+    // The typed interface (PipeActor): the compiler checks these handlers
+    // against the interface, so the handle asActor() returns is what it
     // claims. Same operations as the callbacks below, answered by reply.
     auto done = [](caf::typed_response_promise<ok_atom> rp) {
       return [rp](const Error& error) mutable {
-        if (error) rp.deliver(to_caf_error(error));
+        if (error) rp.deliver(toCafError(error));
         else rp.deliver(ok_atom::value);
       };
     };
-    pipe_actor::behavior_type typed{
+    PipeActor::behavior_type typed{
         [weak, self, closed, done](write_atom, Message& message) {
           auto rp = self->make_response_promise<ok_atom>();
           if (auto core = weak.lock()) core->doWrite(std::move(message), done(rp));
@@ -142,7 +142,7 @@ void PipeCore::spawnActor() {
         [weak, self, closed](read_descriptor_atom) {
           auto rp = self->make_response_promise<Descriptor>();
           auto deliver = [rp](const Error& error, Descriptor descriptor) mutable {
-            if (error) rp.deliver(to_caf_error(error));
+            if (error) rp.deliver(toCafError(error));
             else rp.deliver(std::move(descriptor));
           };
           if (auto core = weak.lock()) core->doReadDescriptor(std::move(deliver));

@@ -22,7 +22,7 @@ std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chun
     // Each tensor starts 16-byte aligned in the scratch buffers, so its
     // elements are aligned there too (the reductions read them as doubles).
     packed = (packed + 15) & ~size_t(15);
-    const size_t element = dtype_size(tensors[t].dtype);
+    const size_t element = dtypeSize(tensors[t].dtype);
     const size_t bytes = tensors[t].bytes();
     // Slices hold whole elements, so every slice can be reduced on its own.
     const size_t limit = std::max(element, chunkBytes / element * element);

@@ -280,7 +280,7 @@ ArenaOutcome HostArena::allReduce(const std::vector<Tensor>& tensors, const Redu
   };
   for (size_t t = 0; t < tensors.size(); ++t) {
     const Tensor& tensor = tensors[t];
-    const size_t element = dtype_size(tensor.dtype);
+    const size_t element = dtypeSize(tensor.dtype);
     const size_t perRound = options_.slotBytes / element;
     for (size_t offset = 0; offset < tensor.count; offset += perRound) {
       Round round{};
@@ -310,7 +310,7 @@ ArenaOutcome HostArena::runRound(const Round& round) {
   using Status = ArenaOutcome::Status;
   const uint32_t g = round.number;
   const uint32_t parity = g & 1;
-  const size_t element = dtype_size(round.dtype);
+  const size_t element = dtypeSize(round.dtype);
   const size_t bytes = round.count * element;
   const bool whole = bytes <= options_.wholeBytes;
   // Ranks configured with other thresholds would run different steps: the

@@ -136,15 +136,15 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     // Sent as pipe tensors (dtype and shape checked against the length);
     // an entry that is not one, or does not parse, arrives as bytes.
-    DType dtype = DType::uint8;
+    DType dtype = DType::kUint8;
     size_t count = d.tensors[i].length;
     if (isPipeTensor(d.tensors[i])) {
       Shape shape;
       if (Error bad = parsePipeTensor(d.tensors[i], dtype, shape)) {
-        dtype = DType::uint8;
+        dtype = DType::kUint8;
         if (!*result) *result = ACTORPIPE_ERROR(ProtocolError, peerName(peer.id) + " sent " + bad.what());
       } else {
-        count = static_cast<size_t>(element_count(shape));
+        count = static_cast<size_t>(elementCount(shape));
       }
     }
     if (inPlace) {
@@ -313,7 +313,7 @@ Error Mailbox::send(const std::vector<int>& to, const Outgoing& outgoing) {
     // as a pipe tensor: dtype and shape travel with it.
     auto view = Storage::adopt(tensor.data, tensor.bytes(), tensor.device, [](void*) {});
     message.tensors.push_back(
-        pipeTensor(actorpipe::Tensor::from_storage(view, {static_cast<int64_t>(tensor.count)}, tensor.dtype)));
+        pipeTensor(actorpipe::Tensor::fromStorage(view, {static_cast<int64_t>(tensor.count)}, tensor.dtype)));
     bytes += tensor.bytes();
   }
 

@@ -104,11 +104,11 @@ void combineTyped(Reduction::Kind kind, const Tensor& out, const Tensor& first, 
 template <typename F>
 void byDType(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::float32: f(float{}); break;
-    case DType::float64: f(double{}); break;
-    case DType::int32: f(int32_t{}); break;
-    case DType::int64: f(int64_t{}); break;
-    case DType::uint8: f(uint8_t{}); break;
+    case DType::kFloat32: f(float{}); break;
+    case DType::kFloat64: f(double{}); break;
+    case DType::kInt32: f(int32_t{}); break;
+    case DType::kInt64: f(int64_t{}); break;
+    case DType::kUint8: f(uint8_t{}); break;
   }
 }
 

@@ -13,9 +13,9 @@
 namespace actorpipe::group {
 
 using ::actorpipe::DType;
-using ::actorpipe::dtype_name;
-using ::actorpipe::dtype_of;
-using ::actorpipe::dtype_size;
+using ::actorpipe::dtypeName;
+using ::actorpipe::dtypeOf;
+using ::actorpipe::dtypeSize;
 
 // Caller-owned memory; collectives read it and write their results into it.
 // `device` is where `data` lives: only CPU memory is reduced today, and a
@@ -28,28 +28,28 @@ using ::actorpipe::dtype_size;
 struct Tensor {
   void* data{nullptr};
   size_t count{0};
-  DType dtype{DType::float32};
+  DType dtype{DType::kFloat32};
   Device device{kCpuDeviceType, 0};
 
   Tensor() = default;
   Tensor(void* data, size_t count, DType dtype, Device device = Device::cpu())
       : data(data), count(count), dtype(dtype), device(std::move(device)) {}
   /* implicit */ Tensor(const ::actorpipe::Tensor& tensor)
-      : data(tensor.raw_data()),
+      : data(tensor.rawData()),
         count(static_cast<size_t>(tensor.numel())),
         dtype(tensor.dtype()),
         device(tensor.device()) {}
 
-  size_t bytes() const { return count * dtype_size(dtype); }
+  size_t bytes() const { return count * dtypeSize(dtype); }
 };
 
 template <typename T>
 Tensor tensorOf(std::vector<T>& values) {
-  return Tensor{values.data(), values.size(), dtype_of<T>()};
+  return Tensor{values.data(), values.size(), dtypeOf<T>()};
 }
 template <typename T>
 Tensor tensorOf(T* values, size_t count) {
-  return Tensor{values, count, dtype_of<T>()};
+  return Tensor{values, count, dtypeOf<T>()};
 }
 
 // How two contributions combine: `accumulator = accumulator op incoming`.

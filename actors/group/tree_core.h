@@ -37,7 +37,7 @@ namespace actorpipe::group {
 
 // Small helpers shared by the algorithms' files.
 inline Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
-  const size_t element = dtype_size(tensor.dtype);
+  const size_t element = dtypeSize(tensor.dtype);
   return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
 }
 

@@ -17,28 +17,28 @@ public:
   void push(T item) {
     {
       std::unique_lock<std::mutex> guard(mutex_);
-      not_full_.wait(guard, [&] { return items_.size() < capacity_; });
+      notFull_.wait(guard, [&] { return items_.size() < capacity_; });
       items_.push_back(std::move(item));
     }
-    not_empty_.notify_one();
+    notEmpty_.notify_one();
   }
 
   T pop() {
     T item;
     {
       std::unique_lock<std::mutex> guard(mutex_);
-      not_empty_.wait(guard, [&] { return !items_.empty(); });
+      notEmpty_.wait(guard, [&] { return !items_.empty(); });
       item = std::move(items_.front());
       items_.pop_front();
     }
-    not_full_.notify_one();
+    notFull_.notify_one();
     return item;
   }
 
 private:
   std::mutex mutex_;
-  std::condition_variable not_empty_;
-  std::condition_variable not_full_;
+  std::condition_variable notEmpty_;
+  std::condition_variable notFull_;
   std::deque<T> items_;
   std::size_t capacity_;
 };

@@ -10,9 +10,9 @@ namespace bench {
 
 struct Settings {
   int repetitions = 5;
-  std::size_t queue_items = 2'000'000;
-  std::size_t queue_capacity = 1024;
-  std::size_t actor_messages = 2'000'000;
+  std::size_t queueItems = 2'000'000;
+  std::size_t queueCapacity = 1024;
+  std::size_t actorMessages = 2'000'000;
 };
 
 inline double median(std::vector<double> values) {
@@ -29,11 +29,11 @@ inline std::vector<double> repeat(int repetitions, const std::function<double()>
   return seconds;
 }
 
-inline double seconds_since(std::chrono::steady_clock::time_point start) {
+inline double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void queue_benchmarks(const Settings& settings);
-void actor_benchmarks(const Settings& settings);
+void queueBenchmarks(const Settings& settings);
+void actorBenchmarks(const Settings& settings);
 
 } // namespace bench

@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       settings.repetitions = 3;
-      settings.queue_items = 200'000;
-      settings.actor_messages = 200'000;
+      settings.queueItems = 200'000;
+      settings.actorMessages = 200'000;
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       settings.repetitions = std::atoi(argv[++i]);
     } else {
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   }
   std::printf("actorpipe dataflow benchmark: %u hardware threads, %d repetitions, medians\n",
               std::thread::hardware_concurrency(), settings.repetitions);
-  bench::queue_benchmarks(settings);
-  bench::actor_benchmarks(settings);
+  bench::queueBenchmarks(settings);
+  bench::actorBenchmarks(settings);
   return 0;
 }

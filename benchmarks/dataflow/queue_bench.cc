@@ -18,50 +18,50 @@ namespace bench {
 namespace {
 
 using Item = std::uint64_t;
-constexpr Item stop_marker = std::numeric_limits<Item>::max();
+constexpr Item kStopMarker = std::numeric_limits<Item>::max();
 
 // Both runners check what arrives, so neither can win by losing items.
-void check_sum(Item got, std::size_t producers, std::size_t per_producer) {
-  Item expected = producers * (per_producer * (per_producer - 1) / 2);
+void checkSum(Item got, std::size_t producers, std::size_t perProducer) {
+  Item expected = producers * (perProducer * (perProducer - 1) / 2);
   if (got != expected)
     throw std::runtime_error("benchmark lost or duplicated items");
 }
 
-double run_baseline(std::size_t producers, std::size_t consumers, std::size_t items,
+double runBaseline(std::size_t producers, std::size_t consumers, std::size_t items,
                     std::size_t capacity) {
   BaselineQueue<Item> queue(capacity);
-  auto per_producer = items / producers;
+  auto perProducer = items / producers;
   std::atomic<Item> sum{0};
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (std::size_t c = 0; c < consumers; ++c)
     threads.emplace_back([&] {
       Item local = 0;
-      for (Item item = queue.pop(); item != stop_marker; item = queue.pop())
+      for (Item item = queue.pop(); item != kStopMarker; item = queue.pop())
         local += item;
       sum += local;
     });
   std::vector<std::thread> writers;
   for (std::size_t p = 0; p < producers; ++p)
     writers.emplace_back([&] {
-      for (Item i = 0; i < per_producer; ++i)
+      for (Item i = 0; i < perProducer; ++i)
         queue.push(i);
     });
   for (auto& writer : writers)
     writer.join();
   for (std::size_t c = 0; c < consumers; ++c)
-    queue.push(stop_marker);
+    queue.push(kStopMarker);
   for (auto& thread : threads)
     thread.join();
-  auto seconds = seconds_since(start);
-  check_sum(sum.load(), producers, per_producer);
+  auto seconds = secondsSince(start);
+  checkSum(sum.load(), producers, perProducer);
   return seconds;
 }
 
-double run_channel(std::size_t producers, std::size_t consumers, std::size_t items,
+double runChannel(std::size_t producers, std::size_t consumers, std::size_t items,
                    std::size_t capacity) {
   actorpipe::dataflow::Channel<Item> channel(capacity);
-  auto per_producer = items / producers;
+  auto perProducer = items / producers;
   std::atomic<Item> sum{0};
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
@@ -75,7 +75,7 @@ double run_channel(std::size_t producers, std::size_t consumers, std::size_t ite
   std::vector<std::thread> writers;
   for (std::size_t p = 0; p < producers; ++p)
     writers.emplace_back([&] {
-      for (Item i = 0; i < per_producer; ++i)
+      for (Item i = 0; i < perProducer; ++i)
         channel.write(i);
     });
   for (auto& writer : writers)
@@ -83,32 +83,32 @@ double run_channel(std::size_t producers, std::size_t consumers, std::size_t ite
   channel.close();
   for (auto& thread : threads)
     thread.join();
-  auto seconds = seconds_since(start);
-  check_sum(sum.load(), producers, per_producer);
+  auto seconds = secondsSince(start);
+  checkSum(sum.load(), producers, perProducer);
   return seconds;
 }
 
 void compare(const Settings& settings, std::size_t producers, std::size_t consumers,
-             double target_ratio) {
-  auto items = settings.queue_items;
+             double targetRatio) {
+  auto items = settings.queueItems;
   // Interleaved so that a noisy phase of the machine hits both sides.
-  std::vector<double> baseline_runs, channel_runs;
+  std::vector<double> baselineRuns, channelRuns;
   for (int r = 0; r < settings.repetitions; ++r) {
-    baseline_runs.push_back(run_baseline(producers, consumers, items, settings.queue_capacity));
-    channel_runs.push_back(run_channel(producers, consumers, items, settings.queue_capacity));
+    baselineRuns.push_back(runBaseline(producers, consumers, items, settings.queueCapacity));
+    channelRuns.push_back(runChannel(producers, consumers, items, settings.queueCapacity));
   }
-  auto baseline_rate = items / median(baseline_runs) / 1e6;
-  auto channel_rate = items / median(channel_runs) / 1e6;
-  auto ratio = channel_rate / baseline_rate;
+  auto baselineRate = items / median(baselineRuns) / 1e6;
+  auto channelRate = items / median(channelRuns) / 1e6;
+  auto ratio = channelRate / baselineRate;
   std::printf("%zuP/%zuC 8-byte items, capacity %zu: baseline %.2f M/s, channel %.2f M/s, "
               "ratio %.2fx (target >= %.1fx) %s\n",
-              producers, consumers, settings.queue_capacity, baseline_rate, channel_rate,
-              ratio, target_ratio, ratio >= target_ratio ? "OK" : "BELOW TARGET");
+              producers, consumers, settings.queueCapacity, baselineRate, channelRate,
+              ratio, targetRatio, ratio >= targetRatio ? "OK" : "BELOW TARGET");
 }
 
 } // namespace
 
-void queue_benchmarks(const Settings& settings) {
+void queueBenchmarks(const Settings& settings) {
   compare(settings, 1, 1, 2.0);
   compare(settings, 4, 4, 1.5);
 }

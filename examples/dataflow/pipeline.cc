@@ -21,20 +21,20 @@ using namespace actorpipe::dataflow;
 
 namespace {
 
-constexpr std::int64_t batch_rows = 16;
+constexpr std::int64_t batchRows = 16;
 constexpr std::int64_t width = 64;
 
 struct Batch {
   int id;
-  Tensor activations; // [batch_rows, width] float32
+  Tensor activations; // [batchRows, width] float32
 };
 
 // y = relu(x W + b), with W [width, width] and b [width].
 class Layer {
 public:
   explicit Layer(int seed)
-    : weights_(Tensor::empty({width, width}, DType::float32)),
-      bias_(Tensor::empty({width}, DType::float32)) {
+    : weights_(Tensor::empty({width, width}, DType::kFloat32)),
+      bias_(Tensor::empty({width}, DType::kFloat32)) {
     auto* w = weights_.data<float>();
     for (std::int64_t i = 0; i < width * width; ++i)
       w[i] = std::sin(float(seed * 7919 + i)) / width;
@@ -44,12 +44,12 @@ public:
   }
 
   Tensor forward(const Tensor& input) const {
-    auto output = Tensor::empty({batch_rows, width}, DType::float32);
+    auto output = Tensor::empty({batchRows, width}, DType::kFloat32);
     const auto* x = input.data<float>();
     const auto* w = weights_.data<float>();
     const auto* b = bias_.data<float>();
     auto* y = output.data<float>();
-    for (std::int64_t r = 0; r < batch_rows; ++r)
+    for (std::int64_t r = 0; r < batchRows; ++r)
       for (std::int64_t c = 0; c < width; ++c) {
         float sum = b[c];
         for (std::int64_t k = 0; k < width; ++k)
@@ -64,15 +64,15 @@ private:
   Tensor bias_;
 };
 
-Tensor make_input(int id) {
-  auto t = Tensor::empty({batch_rows, width}, DType::float32);
+Tensor makeInput(int id) {
+  auto t = Tensor::empty({batchRows, width}, DType::kFloat32);
   auto* x = t.data<float>();
-  for (std::int64_t i = 0; i < batch_rows * width; ++i)
+  for (std::int64_t i = 0; i < batchRows * width; ++i)
     x[i] = std::sin(float(id * 131 + i));
   return t;
 }
 
-bool same_values(const Tensor& a, const Tensor& b) {
+bool sameValues(const Tensor& a, const Tensor& b) {
   for (std::int64_t i = 0; i < a.numel(); ++i)
     if (a.data<float>()[i] != b.data<float>()[i])
       return false;
@@ -100,26 +100,26 @@ int main() {
 
   std::thread feeder([&] {
     for (int id = 0; id < batches; ++id)
-      input.write(Batch{id, make_input(id)});
+      input.write(Batch{id, makeInput(id)});
     input.close(); // cascades: every stage ends once its input drains
   });
 
   int received = 0;
-  bool in_order = true;
+  bool inOrder = true;
   bool correct = true;
   for (auto read = output.read(); read.item; read = output.read()) {
     auto& batch = *read.item;
-    in_order = in_order && batch.id == received;
-    auto expected = layers[2].forward(layers[1].forward(layers[0].forward(make_input(batch.id))));
-    correct = correct && same_values(batch.activations, expected);
+    inOrder = inOrder && batch.id == received;
+    auto expected = layers[2].forward(layers[1].forward(layers[0].forward(makeInput(batch.id))));
+    correct = correct && sameValues(batch.activations, expected);
     ++received;
   }
   feeder.join();
   dag.wait();
 
-  bool ok = received == batches && in_order && correct && dag.running() == 0;
+  bool ok = received == batches && inOrder && correct && dag.running() == 0;
   std::printf("%d batches through 3 stages, order %s, values %s, stages left %zu: %s\n",
-              received, in_order ? "kept" : "BROKEN", correct ? "match" : "DIFFER",
+              received, inOrder ? "kept" : "BROKEN", correct ? "match" : "DIFFER",
               dag.running(), ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

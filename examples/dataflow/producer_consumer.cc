@@ -28,18 +28,18 @@ int main() {
   for (int p = 0; p < producers; ++p)
     threads.emplace_back([&, p] {
       // Writes until the channel refuses; a refused item was not written.
-      for (long sequence = 0; channel.write(Item{p, sequence}) == Status::open; ++sequence) {
+      for (long sequence = 0; channel.write(Item{p, sequence}) == Status::kOpen; ++sequence) {
         accepted[p] = sequence + 1;
         if (sequence == 0) ++started;
       }
     });
 
   std::vector<long> received(producers, 0);
-  bool in_order = true;
+  bool inOrder = true;
   std::thread consumer([&] {
     for (auto read = channel.read(); read.item; read = channel.read()) {
       auto& item = *read.item;
-      in_order = in_order && item.sequence == received[item.producer];
+      inOrder = inOrder && item.sequence == received[item.producer];
       ++received[item.producer];
     }
   });
@@ -47,8 +47,8 @@ int main() {
   // On a busy machine a thread may wait long for a CPU: close only once all
   // have written (a minute at most: then something is stuck), then let them
   // run together for 300 ms.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-  while (started < producers && std::chrono::steady_clock::now() < give_up)
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (started < producers && std::chrono::steady_clock::now() < giveUp)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   channel.close();
@@ -56,7 +56,7 @@ int main() {
     thread.join();
   consumer.join();
 
-  bool ok = in_order && channel.status() == Status::drained;
+  bool ok = inOrder && channel.status() == Status::kDrained;
   long total = 0;
   for (int p = 0; p < producers; ++p) {
     std::printf("producer %d: %ld written, %ld received\n", p, accepted[p], received[p]);
@@ -64,6 +64,6 @@ int main() {
     total += received[p];
   }
   std::printf("%ld items in 300 ms and more, per-producer order %s: %s\n", total,
-              in_order ? "kept" : "BROKEN", ok ? "OK" : "FAILED");
+              inOrder ? "kept" : "BROKEN", ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -28,27 +28,27 @@ bool answers(caf::scoped_actor& self, const caf::actor& who, int question, int e
   return ok;
 }
 
-void sum_until_drained(caf::event_based_actor* self, Channel<int> input,
+void sumUntilDrained(caf::event_based_actor* self, Channel<int> input,
                        Channel<long> result, long sum) {
-  read_then(self, input, [=](ReadResult<int> read) {
+  readThen(self, input, [=](ReadResult<int> read) {
     if (!read.item) {
       result.write(sum);
       self->quit();
       return;
     }
-    sum_until_drained(self, input, result, sum + *read.item);
+    sumUntilDrained(self, input, result, sum + *read.item);
   });
 }
 
-void write_from(caf::event_based_actor* self, Channel<int> output, int next, int last) {
+void writeFrom(caf::event_based_actor* self, Channel<int> output, int next, int last) {
   if (next > last) {
     output.close();
     self->quit();
     return;
   }
-  write_then(self, output, next, [=](Status status) {
-    if (status == Status::open)
-      write_from(self, output, next + 1, last);
+  writeThen(self, output, next, [=](Status status) {
+    if (status == Status::kOpen)
+      writeFrom(self, output, next + 1, last);
     else
       self->quit();
   });
@@ -63,7 +63,7 @@ TEST_CASE("actors: parked reads leave the only scheduler thread free") {
   std::vector<caf::actor> readers;
   for (int i = 0; i < 8; ++i)
     readers.push_back(system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      read_then(self, input, [=](ReadResult<int> read) {
+      readThen(self, input, [=](ReadResult<int> read) {
         results.write(read.item ? *read.item : -1);
         self->quit();
       });
@@ -79,7 +79,7 @@ TEST_CASE("actors: parked reads leave the only scheduler thread free") {
     input.write(i);
   std::vector<int> received;
   for (int i = 0; i < 8; ++i) {
-    auto read = results.read_for(5s);
+    auto read = results.readFor(5s);
     REQUIRE(read.item);
     received.push_back(*read.item);
   }
@@ -96,7 +96,7 @@ TEST_CASE("actors: one actor consumes a bounded channel until drained") {
   // Parked reads hold actors weakly: like any CAF actor, one nobody
   // references is unreachable and ends, so the test keeps the handle.
   auto consumer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    sum_until_drained(self, input, result, 0);
+    sumUntilDrained(self, input, result, 0);
     return {[](int) {}};
   });
   std::thread producer([&] {
@@ -104,17 +104,17 @@ TEST_CASE("actors: one actor consumes a bounded channel until drained") {
       input.write(i);
     input.close();
   });
-  auto sum = result.read_for(30s);
+  auto sum = result.readFor(30s);
   producer.join();
   REQUIRE(sum.item);
   CHECK(*sum.item == 20000L * 20001L / 2);
 }
 
-TEST_CASE("actors: write_then parks on a full channel instead of blocking") {
+TEST_CASE("actors: writeThen parks on a full channel instead of blocking") {
   TestSystem system(1);
   Channel<int> output(2);
   auto producer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    write_from(self, output, 1, 300);
+    writeFrom(self, output, 1, 300);
     return {[](int) {}};
   });
   auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -144,7 +144,7 @@ TEST_CASE("actors: an item for a reader that vanished goes back to the channel")
   {
     TestSystem system(1);
     auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      read_then(self, channel, [](ReadResult<int>) {});
+      readThen(self, channel, [](ReadResult<int>) {});
       return {[](int) {}};
     });
     // Time to park the read, then to end the actor. A slower machine cannot
@@ -155,7 +155,7 @@ TEST_CASE("actors: an item for a reader that vanished goes back to the channel")
     reader = nullptr;
     std::this_thread::sleep_for(10ms);
     channel.write(7);
-    auto read = channel.read_for(5s);
+    auto read = channel.readFor(5s);
     REQUIRE(read.item);
     CHECK(*read.item == 7);
   }
@@ -163,18 +163,18 @@ TEST_CASE("actors: an item for a reader that vanished goes back to the channel")
 }
 
 TEST_CASE("actors: a parked read never holds up actor system shutdown") {
-  Channel<int> never_written; // outlives the system, reader still parked
+  Channel<int> neverWritten; // outlives the system, reader still parked
   {
     TestSystem system(1);
     auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      read_then(self, never_written, [](ReadResult<int>) {});
+      readThen(self, neverWritten, [](ReadResult<int>) {});
       return {[](int) {}};
     });
     // Time to park the read. A slower machine cannot fail this, only leave
     // the read unparked (then the shutdown is trivially quick).
     std::this_thread::sleep_for(10ms);
   } // would hang here if the channel kept the actor alive
-  CHECK(never_written.status() == Status::open);
+  CHECK(neverWritten.status() == Status::kOpen);
 }
 
 TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
@@ -184,7 +184,7 @@ TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
   std::vector<caf::actor> readers;
   for (int i = 0; i < 5; ++i)
     readers.push_back(system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      read_then(self, channel, [=](ReadResult<int> read) {
+      readThen(self, channel, [=](ReadResult<int> read) {
         statuses.write(static_cast<int>(read.status));
         self->quit();
       });
@@ -195,9 +195,9 @@ TEST_CASE("actors: a DRAINED read reaches every parked actor on close") {
   std::this_thread::sleep_for(20ms);
   channel.close();
   for (int i = 0; i < 5; ++i) {
-    auto read = statuses.read_for(5s);
+    auto read = statuses.readFor(5s);
     REQUIRE(read.item);
-    CHECK(*read.item == static_cast<int>(Status::drained));
+    CHECK(*read.item == static_cast<int>(Status::kDrained));
   }
 }
 
@@ -207,7 +207,7 @@ TEST_CASE("actors: a parked write is refused when the channel closes") {
   full.write(0);
   Channel<int> outcome;
   auto writer = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    write_then(self, full, 1, [=](Status status) {
+    writeThen(self, full, 1, [=](Status status) {
       outcome.write(static_cast<int>(status));
       self->quit();
     });
@@ -217,11 +217,11 @@ TEST_CASE("actors: a parked write is refused when the channel closes") {
   // check is that nothing was answered yet, and a write that comes after
   // close() is refused all the same.
   std::this_thread::sleep_for(20ms);
-  CHECK(outcome.try_read().status == Status::empty); // still parked
+  CHECK(outcome.tryRead().status == Status::kEmpty); // still parked
   full.close();
-  auto status = outcome.read_for(5s);
+  auto status = outcome.readFor(5s);
   REQUIRE(status.item);
-  CHECK(*status.item == static_cast<int>(Status::closed));
+  CHECK(*status.item == static_cast<int>(Status::kClosed));
   CHECK(*full.read().item == 0);
-  CHECK(full.read().status == Status::drained);
+  CHECK(full.read().status == Status::kDrained);
 }

@@ -13,86 +13,86 @@ using namespace std::chrono_literals;
 TEST_CASE("channel: single-thread write then read") {
   Channel<int> channel;
   for (int i = 0; i < 5; ++i)
-    CHECK(channel.write(i) == Status::open);
+    CHECK(channel.write(i) == Status::kOpen);
   CHECK(channel.size() == 5);
   for (int i = 0; i < 5; ++i) {
     auto read = channel.read();
-    CHECK(read.status == Status::open);
+    CHECK(read.status == Status::kOpen);
     REQUIRE(read.item);
     CHECK(*read.item == i);
   }
-  CHECK(channel.status() == Status::open);
+  CHECK(channel.status() == Status::kOpen);
 }
 
 TEST_CASE("channel: a 12-item write is read back in order") {
   Channel<int> channel;
-  CHECK(channel.write(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12) == Status::open);
+  CHECK(channel.write(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12) == Status::kOpen);
   CHECK(channel.size() == 12);
   for (int i = 1; i <= 12; ++i)
     CHECK(*channel.read().item == i);
-  CHECK(channel.write_all({13, 14}) == Status::open);
+  CHECK(channel.writeAll({13, 14}) == Status::kOpen);
   CHECK(*channel.read().item == 13);
   CHECK(*channel.read().item == 14);
 }
 
 TEST_CASE("channel: close on a non-empty channel") {
   Channel<std::string> channel;
-  CHECK(channel.write("a", "b") == Status::open);
+  CHECK(channel.write("a", "b") == Status::kOpen);
   channel.close();
   channel.close(); // idempotent
   std::string refused = "c";
-  CHECK(channel.write(std::move(refused)) == Status::closed);
+  CHECK(channel.write(std::move(refused)) == Status::kClosed);
   CHECK(refused == "c"); // a refused write leaves the value alone
-  CHECK(channel.status() == Status::closed);
+  CHECK(channel.status() == Status::kClosed);
   auto first = channel.read();
-  CHECK(first.status == Status::closed);
+  CHECK(first.status == Status::kClosed);
   CHECK(*first.item == "a");
   auto second = channel.read();
-  CHECK(second.status == Status::closed);
+  CHECK(second.status == Status::kClosed);
   CHECK(*second.item == "b");
   auto third = channel.read();
-  CHECK(third.status == Status::drained);
+  CHECK(third.status == Status::kDrained);
   CHECK(!third.item);
-  CHECK(channel.write("d") == Status::drained);
-  CHECK(channel.status() == Status::drained);
-  CHECK(channel.read().status == Status::drained);
+  CHECK(channel.write("d") == Status::kDrained);
+  CHECK(channel.status() == Status::kDrained);
+  CHECK(channel.read().status == Status::kDrained);
 }
 
 TEST_CASE("channel: non-blocking and timed reads") {
   Channel<int> channel;
-  CHECK(channel.try_read().status == Status::empty);
+  CHECK(channel.tryRead().status == Status::kEmpty);
   auto before = std::chrono::steady_clock::now();
-  auto timed = channel.read_for(20ms);
-  CHECK(timed.status == Status::empty);
+  auto timed = channel.readFor(20ms);
+  CHECK(timed.status == Status::kEmpty);
   CHECK(!timed.item);
   CHECK(std::chrono::steady_clock::now() - before >= 20ms);
   channel.write(3);
-  auto read = channel.read_for(1s);
-  CHECK(read.status == Status::open);
+  auto read = channel.readFor(1s);
+  CHECK(read.status == Status::kOpen);
   CHECK(*read.item == 3);
   channel.close();
-  CHECK(channel.try_read().status == Status::drained);
-  CHECK(channel.read_for(1s).status == Status::drained);
+  CHECK(channel.tryRead().status == Status::kDrained);
+  CHECK(channel.readFor(1s).status == Status::kDrained);
 }
 
 TEST_CASE("channel: bounded writes report FULL instead of waiting") {
   Channel<int> channel(2);
   CHECK(channel.capacity() == 2);
-  CHECK(channel.try_write(1) == Status::open);
-  CHECK(channel.try_write(2) == Status::open);
-  CHECK(channel.try_write(3) == Status::full);
-  CHECK(channel.write_for(10ms, 3) == Status::full);
+  CHECK(channel.tryWrite(1) == Status::kOpen);
+  CHECK(channel.tryWrite(2) == Status::kOpen);
+  CHECK(channel.tryWrite(3) == Status::kFull);
+  CHECK(channel.writeFor(10ms, 3) == Status::kFull);
   CHECK(channel.size() == 2);
   channel.read();
-  CHECK(channel.try_write(3) == Status::open);
+  CHECK(channel.tryWrite(3) == Status::kOpen);
   // A batch larger than the capacity still enters an empty channel.
   Channel<int> three(3); // capacities need not be powers of two
-  CHECK(three.write(1, 2, 3) == Status::open);
-  CHECK(three.try_write(4) == Status::full);
+  CHECK(three.write(1, 2, 3) == Status::kOpen);
+  CHECK(three.tryWrite(4) == Status::kFull);
   CHECK(three.size() == 3);
   Channel<int> tiny(1);
-  CHECK(tiny.write(1, 2, 3) == Status::open);
-  CHECK(tiny.try_write(4) == Status::full);
+  CHECK(tiny.write(1, 2, 3) == Status::kOpen);
+  CHECK(tiny.tryWrite(4) == Status::kFull);
 }
 
 TEST_CASE("channel: handles compare by identity and travel through channels") {

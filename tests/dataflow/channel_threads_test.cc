@@ -23,16 +23,16 @@ TEST_CASE("channel: producer and consumer threads") {
     channel.close();
   });
   int expected = 0;
-  bool in_order = true;
+  bool inOrder = true;
   for (;;) {
     auto read = channel.read();
     if (!read.item)
       break;
-    in_order = in_order && *read.item == expected;
+    inOrder = inOrder && *read.item == expected;
     ++expected;
   }
   producer.join();
-  CHECK(in_order);
+  CHECK(inOrder);
   CHECK(expected == count);
 }
 
@@ -42,7 +42,7 @@ TEST_CASE("channel: ten blocked readers are released by close") {
   std::vector<std::thread> readers;
   for (int i = 0; i < 10; ++i)
     readers.emplace_back([&] {
-      if (channel.read().status == Status::drained)
+      if (channel.read().status == Status::kDrained)
         ++drained;
     });
   // Time for the readers to block. A slower machine cannot fail this: the
@@ -63,7 +63,7 @@ TEST_CASE("channel: close releases blocked writers of a full channel") {
   std::vector<std::thread> writers;
   for (int i = 0; i < 3; ++i)
     writers.emplace_back([&, i] {
-      if (channel.write(i) == Status::closed)
+      if (channel.write(i) == Status::kClosed)
         ++refused;
     });
   // Time for the writers to block. A slower machine cannot fail this: a
@@ -74,7 +74,7 @@ TEST_CASE("channel: close releases blocked writers of a full channel") {
     writer.join();
   CHECK(refused.load() == 3);
   CHECK(*channel.read().item == 0);
-  CHECK(channel.read().status == Status::drained);
+  CHECK(channel.read().status == Status::kDrained);
 }
 
 TEST_CASE("channel: ten generators through five forwarding workers") {
@@ -106,10 +106,10 @@ TEST_CASE("channel: ten generators through five forwarding workers") {
   }
   CHECK(total == 1000);
   CHECK(seen.size() == 100);
-  bool each_ten_times = true;
+  bool eachTenTimes = true;
   for (auto& [value, times] : seen)
-    each_ten_times = each_ten_times && times == 10;
-  CHECK(each_ten_times);
+    eachTenTimes = eachTenTimes && times == 10;
+  CHECK(eachTenTimes);
 }
 
 TEST_CASE("channel: a channel passed through a channel between threads") {
@@ -156,7 +156,7 @@ TEST_CASE("channel: atomic batches stay contiguous with concurrent writers") {
 
 TEST_CASE("channel: each item reaches exactly one of many readers") {
   Channel<int> channel(64);
-  constexpr int writers = 4, readers = 4, per_writer = 5000;
+  constexpr int writers = 4, readers = 4, perWriter = 5000;
   std::vector<std::vector<int>> received(readers);
   std::vector<std::thread> threads;
   for (int r = 0; r < readers; ++r)
@@ -167,8 +167,8 @@ TEST_CASE("channel: each item reaches exactly one of many readers") {
   std::vector<std::thread> producers;
   for (int w = 0; w < writers; ++w)
     producers.emplace_back([&, w] {
-      for (int i = 0; i < per_writer; ++i)
-        channel.write(w * per_writer + i);
+      for (int i = 0; i < perWriter; ++i)
+        channel.write(w * perWriter + i);
     });
   for (auto& producer : producers)
     producer.join();
@@ -181,8 +181,8 @@ TEST_CASE("channel: each item reaches exactly one of many readers") {
     total += items.size();
     unique.insert(items.begin(), items.end());
   }
-  CHECK(total == writers * per_writer);
-  CHECK(unique.size() == writers * per_writer);
+  CHECK(total == writers * perWriter);
+  CHECK(unique.size() == writers * perWriter);
 }
 
 TEST_CASE("channel: a bounded channel holds back a fast producer") {
@@ -225,13 +225,13 @@ TEST_CASE("channel: an unbounded channel grows while readers take items") {
     channel.close();
   });
   int expected = 0;
-  bool in_order = true;
+  bool inOrder = true;
   for (auto read = channel.read(); read.item; read = channel.read()) {
-    in_order = in_order && read.item->size() == 1 && read.item->front() == expected;
+    inOrder = inOrder && read.item->size() == 1 && read.item->front() == expected;
     ++expected;
   }
   producer.join();
-  CHECK(in_order);
+  CHECK(inOrder);
   CHECK(expected == 3 * batches);
 }
 
@@ -240,22 +240,22 @@ TEST_CASE("channel: timed reads and writes under concurrency lose nothing") {
   constexpr int count = 5000;
   std::thread producer([&] {
     for (int i = 0; i < count; ++i)
-      while (channel.write_for(std::chrono::microseconds(50), i) == Status::full) {
+      while (channel.writeFor(std::chrono::microseconds(50), i) == Status::kFull) {
       }
     channel.close();
   });
   int expected = 0;
-  bool in_order = true;
+  bool inOrder = true;
   for (;;) {
-    auto read = channel.read_for(std::chrono::microseconds(50));
-    if (read.status == Status::drained)
+    auto read = channel.readFor(std::chrono::microseconds(50));
+    if (read.status == Status::kDrained)
       break;
     if (!read.item)
       continue;
-    in_order = in_order && *read.item == expected;
+    inOrder = inOrder && *read.item == expected;
     ++expected;
   }
   producer.join();
-  CHECK(in_order);
+  CHECK(inOrder);
   CHECK(expected == count);
 }

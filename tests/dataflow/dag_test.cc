@@ -31,12 +31,12 @@ TEST_CASE("dag: three stages, closing the input shuts everything down") {
   for (int i = 1; i <= 2000; ++i)
     input.write(i);
   input.close();
-  REQUIRE(dag.wait_for(30s));
+  REQUIRE(dag.waitFor(30s));
   CHECK(dag.running() == 0);
   CHECK(items.load() == 2000);
   CHECK(sum.load() == 2L * (2001L * 2002L / 2 - 1));
-  CHECK(plus_one.status() == Status::drained);
-  CHECK(doubled.status() == Status::drained);
+  CHECK(plus_one.status() == Status::kDrained);
+  CHECK(doubled.status() == Status::kDrained);
 }
 
 TEST_CASE("dag: a thread reads the last stage until DRAINED") {
@@ -68,10 +68,10 @@ TEST_CASE("dag: a stage error closes the pipeline and is rethrown by wait") {
       throw std::runtime_error("bad item");
     return x;
   });
-  Status status = Status::open;
-  for (int i = 0; i < 100000 && status == Status::open; ++i)
+  Status status = Status::kOpen;
+  for (int i = 0; i < 100000 && status == Status::kOpen; ++i)
     status = input.write(i);
-  CHECK(status != Status::open);
+  CHECK(status != Status::kOpen);
   CHECK_THROWS_WITH(dag.wait(), "bad item");
   int passed = 0;
   for (auto read = output.read(); read.item; read = output.read())
@@ -88,11 +88,11 @@ TEST_CASE("dag: closing the output early stops the stages upstream") {
   input.write(0);
   CHECK(*output.read().item == 0);
   output.close();
-  Status status = Status::open;
-  for (int i = 0; i < 100000 && status == Status::open; ++i)
+  Status status = Status::kOpen;
+  for (int i = 0; i < 100000 && status == Status::kOpen; ++i)
     status = input.write(i);
-  CHECK(status != Status::open);
-  REQUIRE(dag.wait_for(30s));
+  CHECK(status != Status::kOpen);
+  REQUIRE(dag.waitFor(30s));
 }
 
 TEST_CASE("dag: merge joins several inputs and closes after all drain") {
@@ -107,7 +107,7 @@ TEST_CASE("dag: merge joins several inputs and closes after all drain") {
       inputs[i].write(k);
     inputs[i].close();
   }
-  REQUIRE(dag.wait_for(30s));
+  REQUIRE(dag.waitFor(30s));
   CHECK(total.load() == 3 * 5050);
 }
 
@@ -132,7 +132,7 @@ TEST_CASE("dag: tensors flow through stages by reference") {
   int index = 0;
   bool shared = true;
   for (auto read = scaled.read(); read.item; read = scaled.read(), ++index) {
-    shared = shared && read.item->shares_storage_with(sent[index]);
+    shared = shared && read.item->sharesStorageWith(sent[index]);
     CHECK(read.item->data<float>()[0] == 2.0f * index);
   }
   producer.join();
@@ -147,8 +147,8 @@ TEST_CASE("dag: a stage on an already drained input ends at once") {
   Channel<int> input;
   input.close();
   auto output = dag.stage(input, [](int x) { return x; }, {2, 0});
-  REQUIRE(dag.wait_for(10s));
-  CHECK(output.status() == Status::drained);
+  REQUIRE(dag.waitFor(10s));
+  CHECK(output.status() == Status::kDrained);
 }
 
 TEST_CASE("dag: an unfinished pipeline does not hold up shutdown") {
@@ -164,5 +164,5 @@ TEST_CASE("dag: an unfinished pipeline does not hold up shutdown") {
     std::this_thread::sleep_for(10ms);
     CHECK(dag.running() == 2);
   } // the Dag, then the system, go away with both stages parked
-  CHECK(input.status() == Status::open);
+  CHECK(input.status() == Status::kOpen);
 }

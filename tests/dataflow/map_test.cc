@@ -40,7 +40,7 @@ TEST_CASE("map: a worker's error is rethrown after all workers finished") {
   CHECK(finished.load() == 4);
 }
 
-TEST_CASE("map: check_errors reports a failure without waiting") {
+TEST_CASE("map: checkErrors reports a failure without waiting") {
   Channel<int> gate;
   auto handle = map(3, [gate](std::size_t index) mutable {
     if (index == 0)
@@ -51,7 +51,7 @@ TEST_CASE("map: check_errors reports a failure without waiting") {
   bool reported = false;
   while (!reported && std::chrono::steady_clock::now() < deadline) {
     try {
-      handle.check_errors();
+      handle.checkErrors();
       std::this_thread::sleep_for(1ms);
     } catch (const std::invalid_argument&) {
       reported = true;

@@ -14,23 +14,23 @@ TEST_CASE("select: picks the channel that has an item") {
   channels[1].write(11);
   auto selected = select(channels);
   CHECK(selected.index == 1);
-  CHECK(selected.result.status == Status::open);
+  CHECK(selected.result.status == Status::kOpen);
   CHECK(*selected.result.item == 11);
-  CHECK(try_select(channels).result.status == Status::empty);
-  CHECK(try_select(channels).index == Selected<int>::none);
+  CHECK(trySelect(channels).result.status == Status::kEmpty);
+  CHECK(trySelect(channels).index == Selected<int>::none);
 }
 
 TEST_CASE("select: times out, wakes on a later write, reports DRAINED") {
   std::vector<Channel<int>> channels{Channel<int>(), Channel<int>()};
-  auto timed = select_for(channels, 20ms);
-  CHECK(timed.result.status == Status::empty);
+  auto timed = selectFor(channels, 20ms);
+  CHECK(timed.result.status == Status::kEmpty);
   CHECK(timed.index == Selected<int>::none);
 
   std::thread writer([&] {
     std::this_thread::sleep_for(20ms);
     channels[0].write(5);
   });
-  auto woken = select_for(channels, 10s);
+  auto woken = selectFor(channels, 10s);
   writer.join();
   CHECK(woken.index == 0);
   CHECK(*woken.result.item == 5);
@@ -40,8 +40,8 @@ TEST_CASE("select: times out, wakes on a later write, reports DRAINED") {
   channels[1].close();
   auto last = select(channels);
   CHECK(last.index == 1);
-  CHECK(last.result.status == Status::closed);
-  CHECK(select(channels).result.status == Status::drained);
+  CHECK(last.result.status == Status::kClosed);
+  CHECK(select(channels).result.status == Status::kDrained);
 }
 
 TEST_CASE("select: gathers everything from several producers") {
@@ -53,19 +53,19 @@ TEST_CASE("select: gathers everything from several producers") {
         channels[p].write(p * 1000 + i);
       channels[p].close();
     });
-  std::vector<int> per_channel(3, 0);
+  std::vector<int> perChannel(3, 0);
   bool ordered = true;
   for (;;) {
     auto selected = select(channels);
-    if (selected.result.status == Status::drained)
+    if (selected.result.status == Status::kDrained)
       break;
     REQUIRE(selected.result.item);
     auto index = selected.index;
-    ordered = ordered && *selected.result.item == int(index) * 1000 + per_channel[index];
-    ++per_channel[index];
+    ordered = ordered && *selected.result.item == int(index) * 1000 + perChannel[index];
+    ++perChannel[index];
   }
   for (auto& producer : producers)
     producer.join();
   CHECK(ordered);
-  CHECK(per_channel == std::vector<int>{300, 300, 300});
+  CHECK(perChannel == std::vector<int>{300, 300, 300});
 }

@@ -14,7 +14,7 @@ using actorpipe::Storage;
 using actorpipe::Tensor;
 
 TEST_CASE("tensor: dtype, shape, element access") {
-  auto t = Tensor::zeros({2, 3}, DType::float32);
+  auto t = Tensor::zeros({2, 3}, DType::kFloat32);
   CHECK(t.defined());
   CHECK(t.dim() == 2);
   CHECK(t.numel() == 6);
@@ -29,13 +29,13 @@ TEST_CASE("tensor: dtype, shape, element access") {
 TEST_CASE("tensor: copies share storage, clone is the only deep copy") {
   auto original = Tensor::full<std::int64_t>({1000}, 7);
   Tensor copy = original;
-  CHECK(copy.shares_storage_with(original));
-  CHECK(copy.raw_data() == original.raw_data());
+  CHECK(copy.sharesStorageWith(original));
+  CHECK(copy.rawData() == original.rawData());
   auto reshaped = original.reshape({10, 100});
-  CHECK(reshaped.shares_storage_with(original));
+  CHECK(reshaped.sharesStorageWith(original));
   CHECK_THROWS(original.reshape({3, 3}));
   auto deep = original.clone();
-  CHECK(!deep.shares_storage_with(original));
+  CHECK(!deep.sharesStorageWith(original));
   CHECK(deep.data<std::int64_t>()[999] == 7);
   original.data<std::int64_t>()[0] = 1;
   CHECK(copy.data<std::int64_t>()[0] == 1);
@@ -44,19 +44,19 @@ TEST_CASE("tensor: copies share storage, clone is the only deep copy") {
 
 TEST_CASE("tensor: adopted device storage is released by its own deleter") {
   // Stands in for cudaMalloc'ed memory: the library never touches the bytes.
-  static char fake_device_memory[256];
+  static char fakeDeviceMemory[256];
   int releases = 0;
   {
-    auto storage = Storage::adopt(fake_device_memory, sizeof fake_device_memory,
+    auto storage = Storage::adopt(fakeDeviceMemory, sizeof fakeDeviceMemory,
                                   Device::cuda(1), [&](void*) { ++releases; });
-    auto t = Tensor::from_storage(storage, {16, 4}, DType::float32);
+    auto t = Tensor::fromStorage(storage, {16, 4}, DType::kFloat32);
     CHECK(t.device() == Device::cuda(1));
-    CHECK(t.raw_data() == fake_device_memory);
+    CHECK(t.rawData() == fakeDeviceMemory);
     CHECK_THROWS_AS(t.data<float>(), std::logic_error);
     CHECK_THROWS_AS(t.clone(), std::logic_error);
-    auto view = Tensor::from_storage(storage, {8}, DType::float32, 128);
-    CHECK(view.raw_data() == fake_device_memory + 128);
-    CHECK_THROWS_AS(Tensor::from_storage(storage, {100}, DType::float32),
+    auto view = Tensor::fromStorage(storage, {8}, DType::kFloat32, 128);
+    CHECK(view.rawData() == fakeDeviceMemory + 128);
+    CHECK_THROWS_AS(Tensor::fromStorage(storage, {100}, DType::kFloat32),
                     std::out_of_range);
     CHECK(releases == 0);
   }
@@ -65,13 +65,13 @@ TEST_CASE("tensor: adopted device storage is released by its own deleter") {
 
 TEST_CASE("tensor: moves through a channel without copying its data") {
   actorpipe::dataflow::Channel<Tensor> channel;
-  auto t = Tensor::empty({1 << 20}, DType::uint8);
-  auto* bytes = t.raw_data();
+  auto t = Tensor::empty({1 << 20}, DType::kUint8);
+  auto* bytes = t.rawData();
   auto storage = t.storage().get();
-  CHECK(channel.write(std::move(t)) == actorpipe::dataflow::Status::open);
+  CHECK(channel.write(std::move(t)) == actorpipe::dataflow::Status::kOpen);
   auto received = channel.read();
   REQUIRE(received.item);
-  CHECK(received.item->raw_data() == bytes);
+  CHECK(received.item->rawData() == bytes);
   CHECK(received.item->storage().get() == storage);
 }
 
@@ -81,7 +81,7 @@ TEST_CASE("tensor: moves through a channel without copying its data") {
 TEST_CASE("tensor: one Device for tensors, pipes and groups") {
   static_assert(std::is_same_v<decltype(Tensor().device()), actorpipe::Device>);
   static_assert(std::is_same_v<decltype(actorpipe::Descriptor::Tensor().sourceDevice), actorpipe::Device>);
-  auto t = Tensor::zeros({4}, DType::int32);
+  auto t = Tensor::zeros({4}, DType::kInt32);
   CHECK(t.device().toString() == "cpu:0");
   CHECK(t.device() == actorpipe::Device{actorpipe::kCpuDeviceType, 0});
   CHECK(t.device().isCpu());

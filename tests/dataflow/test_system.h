@@ -10,8 +10,8 @@
 
 class TestSystem {
 public:
-  explicit TestSystem(int scheduler_threads) {
-    config_.set("scheduler.max-threads", scheduler_threads);
+  explicit TestSystem(int schedulerThreads) {
+    config_.set("scheduler.max-threads", schedulerThreads);
     system_.emplace(config_);
   }
   caf::actor_system& get() { return *system_; }

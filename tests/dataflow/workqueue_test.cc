@@ -18,14 +18,14 @@ using namespace std::chrono_literals;
 namespace {
 
 template <class Q, class A, class Fn>
-std::vector<std::thread> start_workers(WorkQueue<Q, A>& queue, int count, Fn fn) {
+std::vector<std::thread> startWorkers(WorkQueue<Q, A>& queue, int count, Fn fn) {
   std::vector<std::thread> workers;
   for (int i = 0; i < count; ++i)
     workers.emplace_back([worker = queue.worker(), fn]() mutable { worker.serve(fn); });
   return workers;
 }
 
-void join_all(std::vector<std::thread>& threads) {
+void joinAll(std::vector<std::thread>& threads) {
   for (auto& thread : threads)
     thread.join();
 }
@@ -34,9 +34,9 @@ void join_all(std::vector<std::thread>& threads) {
 
 TEST_CASE("workqueue: echo of values") {
   WorkQueue<int, int> queue;
-  auto workers = start_workers(queue, 4, [](int question) { return question; });
+  auto workers = startWorkers(queue, 4, [](int question) { return question; });
   for (int i = 0; i < 200; ++i)
-    CHECK(queue.write(i) == Status::open);
+    CHECK(queue.write(i) == Status::kOpen);
   std::set<int> answers;
   for (int i = 0; i < 200; ++i) {
     auto answer = queue.read();
@@ -47,14 +47,14 @@ TEST_CASE("workqueue: echo of values") {
   CHECK(*answers.begin() == 0);
   CHECK(*answers.rbegin() == 199);
   queue.close();
-  join_all(workers);
+  joinAll(workers);
   // Closed and fully answered: the owner's reads end instead of waiting.
-  CHECK(queue.read().status == Status::drained);
+  CHECK(queue.read().status == Status::kDrained);
 }
 
 TEST_CASE("workqueue: echo of tensors shares their storage") {
   WorkQueue<Tensor, Tensor> queue;
-  auto workers = start_workers(queue, 2, [](Tensor t) { return t; });
+  auto workers = startWorkers(queue, 2, [](Tensor t) { return t; });
   std::map<std::uint64_t, Tensor> originals;
   std::vector<Tensor> sent;
   for (int i = 0; i < 20; ++i)
@@ -69,18 +69,18 @@ TEST_CASE("workqueue: echo of tensors shares their storage") {
     auto value = int(echoed.data<float>()[0]);
     REQUIRE(value >= 0);
     REQUIRE(value < 20);
-    if (echoed.shares_storage_with(sent[value]) && echoed.raw_data() == sent[value].raw_data())
+    if (echoed.sharesStorageWith(sent[value]) && echoed.rawData() == sent[value].rawData())
       ++shared;
   }
   CHECK(shared == 20);
   queue.close();
-  join_all(workers);
+  joinAll(workers);
 }
 
 TEST_CASE("workqueue: drain waits for every answer") {
   WorkQueue<int, int> queue;
   std::atomic<int> handled{0};
-  auto workers = start_workers(queue, 3, [&](int question) {
+  auto workers = startWorkers(queue, 3, [&](int question) {
     std::this_thread::sleep_for(1ms);
     ++handled;
     return question * 2;
@@ -90,9 +90,9 @@ TEST_CASE("workqueue: drain waits for every answer") {
   queue.drain();
   CHECK(handled.load() == 60);
   CHECK(queue.unanswered() == 0);
-  CHECK(queue.drain_for(1ms));
+  CHECK(queue.drainFor(1ms));
   queue.close();
-  join_all(workers);
+  joinAll(workers);
   int answers = 0;
   for (auto answer = queue.read(); answer.item; answer = queue.read())
     ++answers;
@@ -102,10 +102,10 @@ TEST_CASE("workqueue: drain waits for every answer") {
 TEST_CASE("workqueue: a named queue is shared, and reopened fresh after close") {
   auto owner = WorkQueue<int, int>::named("dataflow-test-queue");
   auto same = WorkQueue<int, int>::named("dataflow-test-queue");
-  CHECK(owner.same_queue(same));
+  CHECK(owner.sameQueue(same));
   CHECK_THROWS_AS((WorkQueue<int, double>::named("dataflow-test-queue")), std::invalid_argument);
 
-  std::thread worker_thread([] {
+  std::thread workerThread([] {
     auto queue = WorkQueue<int, int>::named("dataflow-test-queue");
     auto worker = queue.worker();
     worker.serve([](int question) { return question + 100; });
@@ -113,12 +113,12 @@ TEST_CASE("workqueue: a named queue is shared, and reopened fresh after close") 
   owner.write(1);
   CHECK(owner.read().item->get() == 101);
   owner.close();
-  worker_thread.join();
-  CHECK(owner.write(2) == Status::drained);
+  workerThread.join();
+  CHECK(owner.write(2) == Status::kDrained);
 
   auto reopened = WorkQueue<int, int>::named("dataflow-test-queue");
-  CHECK(!reopened.same_queue(owner));
-  CHECK(reopened.write(3) == Status::open);
+  CHECK(!reopened.sameQueue(owner));
+  CHECK(reopened.write(3) == Status::kOpen);
   auto worker = reopened.worker();
   auto job = worker.read();
   REQUIRE(job.item);
@@ -130,7 +130,7 @@ TEST_CASE("workqueue: a named queue is shared, and reopened fresh after close") 
 
 TEST_CASE("workqueue: matched mode routes each answer to its question") {
   WorkQueue<int, int> queue;
-  auto workers = start_workers(queue, 3, [](int question) {
+  auto workers = startWorkers(queue, 3, [](int question) {
     if (question < 0)
       throw std::runtime_error("negative question");
     return question * question;
@@ -157,21 +157,21 @@ TEST_CASE("workqueue: matched mode routes each answer to its question") {
   CHECK(queue.read().item->get() == 49);
   queue.drain();
   queue.close();
-  join_all(workers);
+  joinAll(workers);
   kept = nullptr;
   CHECK_THROWS(queue.ask(1).get());
 }
 
 TEST_CASE("workqueue: an error answer rethrows at the owner") {
   WorkQueue<int, int> queue;
-  auto workers = start_workers(queue, 1, [](int) -> int { throw std::runtime_error("boom"); });
+  auto workers = startWorkers(queue, 1, [](int) -> int { throw std::runtime_error("boom"); });
   queue.write(1);
   auto answer = queue.read();
   REQUIRE(answer.item);
   CHECK(!answer.item->ok());
   CHECK_THROWS_WITH(answer.item->get(), "boom");
   queue.close();
-  join_all(workers);
+  joinAll(workers);
 }
 
 TEST_CASE("workqueue: closing releases waiting workers") {
@@ -189,7 +189,7 @@ TEST_CASE("workqueue: closing releases waiting workers") {
   std::this_thread::sleep_for(30ms);
   CHECK(released.load() == 0);
   queue.close();
-  join_all(workers);
+  joinAll(workers);
   CHECK(released.load() == 5);
 }
 
@@ -207,9 +207,9 @@ TEST_CASE("workqueue: a crashed worker never leaves the owner waiting") {
   });
   queue.write(5);
   crashing.join();
-  auto answer = queue.read_for(5s);
+  auto answer = queue.readFor(5s);
   REQUIRE(answer.item);
   CHECK_THROWS_AS(answer.item->get(), WorkerLost);
-  CHECK(queue.drain_for(5s));
+  CHECK(queue.drainFor(5s));
   queue.close();
 }

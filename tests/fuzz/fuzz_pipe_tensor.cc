@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (extent < 0) std::abort();
     elements *= static_cast<uint64_t>(extent);
   }
-  if (elements * dtype_size(dtype) != length) std::abort();
+  if (elements * dtypeSize(dtype) != length) std::abort();
   if (length > 4096) return 0;
   Tensor t = Tensor::empty(shape, dtype);
   Message::Tensor again = pipeTensor(t, mine);

@@ -370,7 +370,7 @@ void checkClientServer(Tree& tree) {
       for (int id : server->clients()) {
         Received ping;
         ok(server->receive(id, ping, "ping", {}, 10s), "receive ping");
-        expect(ping.tensors.size() == 1 && ping.tensors[0].dtype == DType::float32 &&
+        expect(ping.tensors.size() == 1 && ping.tensors[0].dtype == DType::kFloat32 &&
                    ping.tensors[0].count == 1000,
                "ping's tensor");
         auto* values = static_cast<float*>(ping.tensors[0].data);

@@ -104,10 +104,10 @@ TEST_CASE("chunks cover every byte once, in whole, aligned elements") {
       size_t bytes = 0;
       for (const auto& segment : chunk.segments) {
         CHECK(segment.offset == covered[segment.tensor]);
-        CHECK(segment.length % dtype_size(tensors[segment.tensor].dtype) == 0);
+        CHECK(segment.length % dtypeSize(tensors[segment.tensor].dtype) == 0);
         if (segment.offset == 0) packed = (packed + 15) & ~size_t(15);  // tensors start aligned
         CHECK(segment.packed == packed);
-        CHECK(segment.packed % dtype_size(tensors[segment.tensor].dtype) == 0);
+        CHECK(segment.packed % dtypeSize(tensors[segment.tensor].dtype) == 0);
         covered[segment.tensor] += segment.length;
         packed += segment.length;
         bytes += segment.length;
@@ -149,9 +149,9 @@ TEST_CASE("collectives take the library's Tensor, as a view of its elements") {
   Reduction::sum().apply(a, b);  // each converts to a view, no copy
   for (int i = 0; i < 6; ++i) CHECK(a.data<int32_t>()[i] == 9);
   const Tensor view = a;
-  CHECK(view.data == a.raw_data());
+  CHECK(view.data == a.rawData());
   CHECK(view.count == 6);
-  CHECK(view.dtype == actorpipe::DType::int32);
+  CHECK(view.dtype == actorpipe::DType::kInt32);
   CHECK(view.bytes() == a.nbytes());
 }
 
@@ -248,7 +248,7 @@ TEST_CASE("rendezvous frames round-trip; hostile ones are refused before anythin
 
 TEST_CASE("a host name that a hello could not carry is refused when the rank reads its environment") {
   RankInfo info;
-  for (const std::string host : {std::string("two words"), std::string("tab\there"), std::string(256, 'h')}) {
+  for (const std::string& host : {std::string("two words"), std::string("tab\there"), std::string(256, 'h')}) {
     CAPTURE(host);
     actorpipe::Error error = rankInfoFromEnvironment(info, {{"ACTORPIPE_RANK", "1"},
                                                             {"ACTORPIPE_WORLD_SIZE", "2"},

@@ -37,13 +37,13 @@ TEST_CASE("a user's actor drives a pipe by requests, in the user's actor system"
     m.metadata = "by request";
     m.payloads.push_back({payload.data(), payload.size(), ""});
     bool wrote = false;
-    self->request(as_actor(pipe), std::chrono::seconds(10), write_atom::value, m)
+    self->request(asActor(pipe), std::chrono::seconds(10), write_atom::value, m)
         .receive([&](ok_atom) { wrote = true; },
                  [&](caf::error& e) { FAIL("write failed: " << system.render(e)); });
     CHECK(wrote);
 
     Descriptor descriptor;
-    self->request(as_actor(accepted), std::chrono::seconds(10), read_descriptor_atom::value)
+    self->request(asActor(accepted), std::chrono::seconds(10), read_descriptor_atom::value)
         .receive([&](Descriptor& d) { descriptor = d; },
                  [&](caf::error& e) { FAIL("readDescriptor failed: " << system.render(e)); });
     CHECK(descriptor.metadata == "by request");
@@ -51,7 +51,7 @@ TEST_CASE("a user's actor drives a pipe by requests, in the user's actor system"
     Allocation allocation;
     allocation.payloads.push_back({received.data()});
     bool read = false;
-    self->request(as_actor(accepted), std::chrono::seconds(10), read_atom::value, allocation)
+    self->request(asActor(accepted), std::chrono::seconds(10), read_atom::value, allocation)
         .receive([&](ok_atom) { read = true; },
                  [&](caf::error& e) { FAIL("read failed: " << system.render(e)); });
     CHECK(read);
@@ -59,7 +59,7 @@ TEST_CASE("a user's actor drives a pipe by requests, in the user's actor system"
 
     // Errors come back as caf::error carrying our message.
     std::string reason;
-    self->request(as_actor(accepted), std::chrono::seconds(10), read_atom::value, Allocation())
+    self->request(asActor(accepted), std::chrono::seconds(10), read_atom::value, Allocation())
         .receive([&](ok_atom) { FAIL("read without a descriptor succeeded"); },
                  [&](caf::error& e) { reason = system.render(e); });
     CHECK(reason.find("no descriptor waiting") != std::string::npos);
@@ -77,7 +77,7 @@ TEST_CASE("an event-based actor reads from a pipe without blocking") {
   caf::actor_system_config config;
   caf::actor_system system{config};
   std::promise<std::string> result;
-  auto reader = system.spawn([&result, p = as_actor(accepted)](caf::event_based_actor* self) {
+  auto reader = system.spawn([&result, p = asActor(accepted)](caf::event_based_actor* self) {
     self->request(p, std::chrono::seconds(10), read_descriptor_atom::value)
         .then([&result, self, p](Descriptor& d) {
           auto storage = std::make_shared<std::vector<uint8_t>>(d.tensors.at(0).length);
@@ -124,7 +124,7 @@ TEST_CASE("a transport whose actor dies fails its pipes; the context stays usabl
 
   std::promise<Error> pending;
   doomed->readDescriptor([&](const Error& e, Descriptor) { pending.set_value(e); });
-  caf::anon_send_exit(transport_actor(*client, "tcp2"), caf::exit_reason::kill);
+  caf::anon_send_exit(TransportActor(*client, "tcp2"), caf::exit_reason::kill);
   auto f = pending.get_future();
   REQUIRE(ready(f, std::chrono::seconds(10)));
   Error e = f.get();
@@ -162,7 +162,7 @@ TEST_CASE("a channel whose actor dies fails the pipes that use it") {
   REQUIRE(!readSync(*accepted).error);
   std::promise<Error> pending;
   pipe->readDescriptor([&](const Error& e, Descriptor) { pending.set_value(e); });
-  caf::anon_send_exit(channel_actor(*client, "basic"), caf::exit_reason::kill);
+  caf::anon_send_exit(ChannelActor(*client, "basic"), caf::exit_reason::kill);
   auto f = pending.get_future();
   REQUIRE(ready(f, std::chrono::seconds(10)));
   Error e = f.get();
@@ -194,7 +194,7 @@ TEST_CASE("a channel's actor owns its channel: however the actor ends, the chann
   auto kept = std::make_shared<CountingChannel>();
   context->registerChannel(0, "killed", killed);
   context->registerChannel(1, "kept", kept);
-  caf::anon_send_exit(channel_actor(*context, "killed"), caf::exit_reason::kill);
+  caf::anon_send_exit(ChannelActor(*context, "killed"), caf::exit_reason::kill);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (killed->closes == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polling step of a deadline loop

@@ -29,18 +29,18 @@ std::vector<Tensor> sampleTensors() {
   out.push_back(Tensor::full<int32_t>({1, 2, 3, 4}, 7));
   out.push_back(Tensor::full<int64_t>({}, int64_t{1} << 40));  // a scalar
   out.push_back(Tensor::full<uint8_t>({0, 5}, 9));               // no elements
-  Tensor big = Tensor::empty({1 << 16}, DType::int32);
+  Tensor big = Tensor::empty({1 << 16}, DType::kInt32);
   for (int i = 0; i < (1 << 16); ++i) big.data<int32_t>()[i] = i * 3;
-  out.push_back(Tensor::from_storage(big.storage(), {128, 256}, DType::int32, 4096 * sizeof(int32_t)));
+  out.push_back(Tensor::fromStorage(big.storage(), {128, 256}, DType::kInt32, 4096 * sizeof(int32_t)));
   for (size_t t = 0; t < out.size(); ++t) {  // make each byte pattern its own
-    if (out[t].dtype() == DType::float32) out[t].data<float>()[1] = 42.0f + t;
+    if (out[t].dtype() == DType::kFloat32) out[t].data<float>()[1] = 42.0f + t;
   }
   return out;
 }
 
 bool sameTensor(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && a.nbytes() == b.nbytes() &&
-         (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
+         (a.nbytes() == 0 || std::memcmp(a.rawData(), b.rawData(), a.nbytes()) == 0);
 }
 
 std::shared_ptr<Context> contextWith(const std::string& channel) {
@@ -138,9 +138,9 @@ TEST_CASE("tensors of every dtype and shape, and a view, cross every transport a
       // Back the other way, into Tensors the reader already has: read in place.
       std::vector<Tensor> reuse;
       for (const auto& t : sent) reuse.push_back(Tensor::zeros(t.shape(), t.dtype()));
-      const void* first = reuse[0].raw_data();
+      const void* first = reuse[0].rawData();
       auto back = sendAndReceive(*server, *client, received, reuse);
-      CHECK(back[0].raw_data() == first);
+      CHECK(back[0].rawData() == first);
       for (size_t i = 0; i < sent.size(); ++i) CHECK(sameTensor(back[i], sent[i]));
       context->join();
     }
@@ -186,7 +186,7 @@ TEST_CASE("a peer's tensor metadata is parsed strictly, before any allocation") 
   Shape shape;
   std::string mine;
   REQUIRE(!parsePipeTensor(entry("apT1 float32 2,3;mine", 24), dtype, shape, &mine));
-  CHECK(dtype == DType::float32);
+  CHECK(dtype == DType::kFloat32);
   CHECK(shape == Shape{2, 3});
   CHECK(mine == "mine");
   REQUIRE(!parsePipeTensor(entry("apT1 int64 ;", 8), dtype, shape));
