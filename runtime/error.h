@@ -163,6 +163,8 @@ class ProtocolError final : public BaseError {
  public:
   explicit ProtocolError(std::string reason) : reason_(std::move(reason)) {}
   std::string what() const override { return "protocol error: " + reason_; }
+  const std::string& reason() const { return reason_; }
+
  private:
   std::string reason_;
 };

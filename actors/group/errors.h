@@ -34,6 +34,19 @@ class RendezvousError final : public BaseError {
   std::string reason_;
 };
 
+// Another rank's collective failed with an error of a kind that does not
+// travel between ranks (a RankFailedError, LogicError, TimeoutError or
+// ProtocolError arrives as itself); its text does.
+class AbortedError final : public BaseError {
+ public:
+  explicit AbortedError(std::string reason) : reason_(std::move(reason)) {}
+  std::string what() const override { return "collective aborted: " + reason_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
 // An operation did not complete within its deadline: the library's one
 // TimeoutError, so isOfType<actorpipe::TimeoutError>() holds for a group's.
 using TimeoutError = ::actorpipe::TimeoutError;

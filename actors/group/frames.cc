@@ -1,5 +1,6 @@
 #include <actorpipe/actors/group/frames.h>
 
+#include <actorpipe/actors/group/errors.h>
 #include <actorpipe/runtime/detail/codec.h>
 
 namespace actorpipe::group {
@@ -119,7 +120,7 @@ Error decode(const std::string& bytes, LinkFrame& out) {
       f.kind = LinkFrame::Kind::kAbort;
       f.collective = r.u64();
       const uint8_t cause = r.u8();
-      if (!r.failed() && (cause < uint8_t(LinkFrame::Cause::kRankFailed) || cause > uint8_t(LinkFrame::Cause::kTimeout))) {
+      if (!r.failed() && (cause < uint8_t(LinkFrame::Cause::kRankFailed) || cause > uint8_t(LinkFrame::Cause::kOther))) {
         r.fail("unknown abort cause " + std::to_string(cause));
       }
       f.cause = static_cast<LinkFrame::Cause>(cause);
@@ -272,6 +273,38 @@ Error decode(const std::string& bytes, MailboxHeader& out) {
   Error error = r.finish("mailbox header");
   if (!error) out = std::move(h);
   return error;
+}
+
+LinkFrame abortFrame(uint64_t collective, const Error& error) {
+  if (auto failed = error.castToType<RankFailedError>()) {
+    return LinkFrame::abort(collective, LinkFrame::Cause::kRankFailed, failed->rank(), failed->reason());
+  }
+  if (auto logic = error.castToType<LogicError>()) {
+    return LinkFrame::abort(collective, LinkFrame::Cause::kLogic, -1, logic->reason());
+  }
+  if (auto timeout = error.castToType<TimeoutError>()) {
+    return LinkFrame::abort(collective, LinkFrame::Cause::kTimeout, -1, timeout->reason());
+  }
+  if (auto protocol = error.castToType<ProtocolError>()) {
+    return LinkFrame::abort(collective, LinkFrame::Cause::kProtocol, -1, protocol->reason());
+  }
+  return LinkFrame::abort(collective, LinkFrame::Cause::kOther, -1, error.what());
+}
+
+Error abortError(const LinkFrame& frame) {
+  switch (frame.cause) {
+    case LinkFrame::Cause::kRankFailed:
+      return ACTORPIPE_ERROR(RankFailedError, frame.rank, frame.reason);
+    case LinkFrame::Cause::kLogic:
+      return ACTORPIPE_ERROR(LogicError, frame.reason);
+    case LinkFrame::Cause::kTimeout:
+      return ACTORPIPE_ERROR(TimeoutError, frame.reason);
+    case LinkFrame::Cause::kProtocol:
+      return ACTORPIPE_ERROR(ProtocolError, frame.reason);
+    case LinkFrame::Cause::kOther:
+      break;
+  }
+  return ACTORPIPE_ERROR(AbortedError, frame.reason);
 }
 
 }  // namespace actorpipe::group

@@ -32,8 +32,9 @@ struct LinkFrame {
   // kClient: a client's first message to its server (rank 0), and the
   // server's answer (rank: the id it gives the client).
   enum class Role : uint8_t { kTree = 1, kRing = 2, kCube = 3, kClient = 4 };
-  // Why a collective failed: the error kind every rank raises for it.
-  enum class Cause : uint8_t { kRankFailed = 1, kLogic = 2, kTimeout = 3 };
+  // Why a collective failed: the error kind every rank raises for it
+  // (kOther: a kind that does not travel; its text does).
+  enum class Cause : uint8_t { kRankFailed = 1, kLogic = 2, kTimeout = 3, kProtocol = 4, kOther = 5 };
 
   Kind kind{Kind::kBye};
   Role role{Role::kTree};        // introduce
@@ -59,6 +60,12 @@ constexpr size_t kMaxLinkFrameReason = 4096;
 
 std::string encode(const LinkFrame& frame);
 Error decode(const std::string& bytes, LinkFrame& out);
+
+// An error as an abort frame, and an abort frame as the error every rank
+// raises for it: a rank failure, a misuse, a timeout and a peer's garbage
+// travel as their own kinds; any other kind as an AbortedError with its text.
+LinkFrame abortFrame(uint64_t collective, const Error& error);
+Error abortError(const LinkFrame& frame);
 
 // What ranks and rank 0 say while the group forms (rendezvous.h), the same
 // way, on the pipe to rank 0's rendezvous address:

@@ -404,9 +404,7 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     // The same error, retold by each rank, with the number of the
     // collective its sender was in.
     const uint64_t collective = frame.collective;
-    Error error = frame.cause == LinkFrame::Cause::kRankFailed ? ACTORPIPE_ERROR(RankFailedError, frame.rank, frame.reason)
-                  : frame.cause == LinkFrame::Cause::kLogic    ? ACTORPIPE_ERROR(LogicError, frame.reason)
-                                                               : ACTORPIPE_ERROR(TimeoutError, frame.reason);
+    Error error = abortError(frame);
     // A sender already in a later collective than ours (the one we are in,
     // or our next) finished ours: ours can still end well, its data perhaps
     // just behind this notice on another link. Fail once ours is over. (This
@@ -595,23 +593,11 @@ void TreeCore::fail(Error error, uint64_t collective) {
 // Tells every neighbour, so the news crosses the whole tree: each rank that
 // hears it fails and passes it on, naming the same rank.
 void TreeCore::sendAbort(const Error& error, uint64_t collective) {
-  int rank = -1;
-  LinkFrame::Cause cause = LinkFrame::Cause::kTimeout;
-  std::string reason = error.what();
-  if (auto failed = error.castToType<RankFailedError>()) {
-    rank = failed->rank();
-    cause = LinkFrame::Cause::kRankFailed;
-    reason = failed->reason();
-  } else if (auto logic = error.castToType<LogicError>()) {
-    cause = LinkFrame::Cause::kLogic;
-    reason = logic->reason();
-  } else if (auto timeout = error.castToType<TimeoutError>()) {
-    reason = timeout->reason();
-  }
+  const std::string frame = encode(abortFrame(collective, error));
   for (auto& link : links_) {
     if (!link->pipe) continue;
     Message message;
-    message.metadata = encode(LinkFrame::abort(collective, cause, rank, reason));
+    message.metadata = frame;
     ++abortsInFlight_;
     std::weak_ptr<TreeCore> weak = weak_from_this();
     link->pipe->write(std::move(message), [weak](const Error&) {

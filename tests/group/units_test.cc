@@ -212,6 +212,33 @@ TEST_CASE("link frames round-trip; malformed ones are protocol errors, never a p
   CHECK(rejected(lying));
 }
 
+TEST_CASE("an abort carries its error's kind to the other ranks, and any other kind's text") {
+  using actorpipe::Error;
+  using F = actorpipe::group::LinkFrame;
+  auto travel = [](const Error& error) {
+    F back;
+    REQUIRE(!actorpipe::group::decode(actorpipe::group::encode(actorpipe::group::abortFrame(5, error)), back));
+    CHECK(back.collective == 5);
+    return actorpipe::group::abortError(back);
+  };
+  Error failed = travel(ACTORPIPE_ERROR(actorpipe::group::RankFailedError, 3, "its link broke"));
+  REQUIRE(failed.isOfType<actorpipe::group::RankFailedError>());
+  CHECK(failed.castToType<actorpipe::group::RankFailedError>()->rank() == 3);
+  CHECK(failed.what().rfind("rank 3 failed: its link broke", 0) == 0);
+  CHECK(travel(ACTORPIPE_ERROR(actorpipe::LogicError, "shapes differ")).isOfType<actorpipe::LogicError>());
+  Error late = travel(ACTORPIPE_ERROR(actorpipe::TimeoutError, "allReduce", 250));
+  CHECK(late.isOfType<actorpipe::TimeoutError>());
+  Error garbage = travel(ACTORPIPE_ERROR(actorpipe::ProtocolError, "rank 1 sent junk"));
+  REQUIRE(garbage.isOfType<actorpipe::ProtocolError>());
+  CHECK(garbage.castToType<actorpipe::ProtocolError>()->reason() == "rank 1 sent junk");
+  // A kind that does not travel is neither a timeout nor a protocol error
+  // on the other side: it says what happened.
+  Error other = travel(ACTORPIPE_ERROR(actorpipe::LimitExceededError, "tensor count", 9, 8));
+  CHECK(!other.isOfType<actorpipe::TimeoutError>());
+  REQUIRE(other.isOfType<actorpipe::group::AbortedError>());
+  CHECK(other.what().find("tensor count") != std::string::npos);
+}
+
 TEST_CASE("rendezvous frames round-trip; hostile ones are refused before anything is kept") {
   using R = actorpipe::group::RendezvousFrame;
   using actorpipe::group::Member;
