@@ -336,9 +336,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < points.size(); ++i) {
       const auto& p = points[i];
       std::printf("%s\n  {\"shape\": \"%s\", \"bytes\": %zu, \"round_trips\": %zu, \"p50_us\": %.2f, "
-                  "\"p90_us\": %.2f, \"p99_us\": %.2f, \"gb_per_s\": %.4f}",
+                  "\"p90_us\": %.2f, \"p99_us\": %.2f, \"mean_us\": %.2f, \"gb_per_s\": %.4f}",
                   i ? "," : "", shapes[i].describe().c_str(), shapes[i].bytes(), p.stats.roundTripsUs.size(),
-                  p.stats.p50, p.stats.p90, p.stats.p99, p.stats.gigabytesPerSecond);
+                  p.stats.p50, p.stats.p90, p.stats.p99, p.stats.mean, p.stats.gigabytesPerSecond);
     }
     std::printf("\n]}\n");
   } else {

@@ -211,6 +211,11 @@ Stats measure(Pipe& pipe, const Shape& shape, int warmup, int iterations, bool v
   stats.p50 = percentile(run.samples, 0.50);
   stats.p90 = percentile(run.samples, 0.90);
   stats.p99 = percentile(run.samples, 0.99);
+  if (!run.samples.empty()) {
+    double sum = 0;
+    for (double us : run.samples) sum += us;
+    stats.mean = sum / run.samples.size();
+  }
   if (stats.p50 > 0) {
     stats.gigabytesPerSecond = shape.bytes() / (stats.p50 / 2) / 1e3;
   }

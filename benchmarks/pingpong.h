@@ -30,6 +30,7 @@ struct Shape {
 struct Stats {
   std::vector<double> roundTripsUs;  // sorted
   double p50{0}, p90{0}, p99{0};
+  double mean{0};  // what a profiler's samples are shares of
   // Bytes per direction over half the median round trip: each direction
   // moves one message per round trip, and the two directions take turns.
   double gigabytesPerSecond{0};

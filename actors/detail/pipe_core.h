@@ -70,7 +70,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     return info_;
   }
 
-  // Any thread: through the actor's mailbox.
+  // Any thread: through the actor's mailbox; on the pipe's own loop thread,
+  // straight to the loop's queue behind it (postNext).
   void write(Message message, Pipe::write_callback_fn fn);
   void readDescriptor(Pipe::read_descriptor_callback_fn fn);
   void read(Allocation allocation, Pipe::read_callback_fn fn);
@@ -86,6 +87,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void onPeerGone(const Error& error);
 
  private:
+  template <class Task>
+  void postNext(Task task);
+
   enum class State {
     kConnecting,   // connector: hello sent, waiting for welcome or reject
     kAccepting,    // acceptor: answering the hello

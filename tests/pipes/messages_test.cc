@@ -77,6 +77,58 @@ TEST_CASE("ping-pong twice, callbacks in call order") {
   CHECK(rb.tensors[0] == b.tensors[0]);
 }
 
+TEST_CASE("operations asked from a pipe's callbacks run in the order asked") {
+  // On the pipe's loop thread an operation skips the actor's mailbox
+  // (PipeCore::postNext): writes and reads asked from callbacks must still
+  // go out, complete and come back in the order they were asked.
+  EchoPeer peer;
+  auto pipe = peer.pipe;
+  std::mutex mutex;
+  std::vector<std::string> events;
+  auto note = [&](std::string what) {
+    std::lock_guard<std::mutex> guard(mutex);
+    events.push_back(std::move(what));
+  };
+  std::promise<void> allRead;
+  std::atomic<int> reads{0};
+  std::function<void()> readOne = [&] {
+    pipe->readDescriptor([&](const Error& error, Descriptor descriptor) {
+      CHECK_MESSAGE(!error, error.what());
+      CHECK(descriptor.payloads.empty());
+      note("read " + descriptor.metadata);
+      Allocation none;
+      pipe->read(none, [&](const Error& readError) {
+        CHECK_MESSAGE(!readError, readError.what());
+        if (++reads == 3) allRead.set_value();
+        else readOne();
+      });
+    });
+  };
+  Message m1;
+  m1.metadata = "m1";
+  pipe->write(m1, [&](const Error& error) {
+    CHECK_MESSAGE(!error, error.what());
+    note("wrote m1");
+    for (const char* name : {"m2", "m3"}) {
+      Message next;
+      next.metadata = name;
+      pipe->write(next, [&, name](const Error& e) {
+        CHECK_MESSAGE(!e, e.what());
+        note(std::string("wrote ") + name);
+      });
+    }
+    readOne();
+  });
+  auto done = allRead.get_future();
+  REQUIRE(ready(done, 20s));
+  std::lock_guard<std::mutex> guard(mutex);
+  const std::vector<std::string> expected = {"wrote m1", "wrote m2", "wrote m3", "read m1", "read m2", "read m3"};
+  std::vector<std::string> writes, readsSeen;
+  for (const auto& e : events) (e.rfind("wrote", 0) == 0 ? writes : readsSeen).push_back(e);
+  CHECK(writes == std::vector<std::string>(expected.begin(), expected.begin() + 3));
+  CHECK(readsSeen == std::vector<std::string>(expected.begin() + 3, expected.end()));
+}
+
 TEST_CASE("a full message followed by an empty one") {
   EchoPeer peer;
   Storage full = makeStorage({5, 6}, {7, 8}, 3);
