@@ -193,6 +193,7 @@ void Loop::awake() {
 // arms the pollers' wake-ups and blocks in epoll.
 void Loop::run() {
   unsigned idleTurns = 0;
+  unsigned turnsWithoutUv = 0;
   for (;;) {
     bool worked = drainQueue();
     worked = pollPollers() || worked;
@@ -203,16 +204,21 @@ void Loop::run() {
         break;
       }
     }
+    // libuv's turn is an epoll_wait system call (and a clock read): ~0.4 µs
+    // here, which a busy shm exchange would pay on its critical path several
+    // times per round trip (a message's header, then the read and the write
+    // the callbacks ask for, each end a turn). With pollers to watch,
+    // sockets and timers get one turn in 8, busy or idle; a turn without
+    // one costs tens of nanoseconds, so a socket waits at most a few hundred.
+    if (pollers_.empty() || ++turnsWithoutUv >= 8) {
+      turnsWithoutUv = 0;
+      uv_run(loop_, UV_RUN_NOWAIT);
+    }
     if (worked) {
       idleTurns = 0;
-      uv_run(loop_, UV_RUN_NOWAIT);
       continue;
     }
     ++idleTurns;
-    // epoll is a system call: with pollers to watch, sockets get one turn in 8.
-    if (pollers_.empty() || idleTurns % 8 == 0) {
-      uv_run(loop_, UV_RUN_NOWAIT);
-    }
     auto window = std::chrono::microseconds(pollWindow_.load(std::memory_order_relaxed));
     if (window.count() > 0) {
       // Reading the clock costs too: look at it one turn in 16.
