@@ -8,12 +8,15 @@
 #    whole time (each side polls while it waits for the other), so one round
 #    trip costs 2 x its mean of CPU time (the mean, not the p50: samples
 #    are shares of all the time, tails included). Samples in the polling path (epoll_wait
-#    with a zero timeout, clock_gettime, the rings' checks, the syscalls they
-#    make) are waiting; every other sample is work, sorted into the kinds
-#    below by symbol, and turned into microseconds per round trip as
+#    the rings' checks and the clock reads between them) are waiting; every
+#    other sample is work, sorted into the kinds below by symbol, and turned
+#    into microseconds per round trip as
 #    share x 2 x mean of the profiled run.
 # The kinds are a reading of symbol names (the classification is the awk
-# table at the end): a figure is as good as that reading, not better.
+# table at the end): a figure is as good as that reading, not better. One
+# kind is both: libuv's turns (epoll_wait with a zero timeout, in the kernel)
+# run while waiting too, one turn in 8, but a turn taken between a message
+# and its answer is on the round trip's critical path.
 set -euo pipefail
 build=${1:-build}
 transport=${2:-shm}
@@ -46,7 +49,8 @@ perf report -i "$tmp/perf.data" --no-children --comm actorpipe-bench --sort dso,
 
 awk -v rt="$mean" '
   function kind(s) {
-    if (s ~ /epoll_wait|clock_gettime|do_syscall_64|fdget|fput|pollPollers|ShmConnection::poll|checkRings|serveReads|Loop::run|uv_run|libuv|rcu_read|asynccancel|__errno_location|syscall|ep_poll|entry_SYSCALL|exit_to_user|pv_native|\[k\]/) return "waiting (polling the peer)"
+    if (s ~ /clock_gettime|steady_clock|pollPollers|ShmConnection::poll|checkRings|serveReads|Loop::run/) return "waiting (polling the peer)"
+    if (s ~ /epoll_wait|do_syscall_64|fdget|fput|uv_run|libuv|rcu_read|asynccancel|__errno_location|syscall|ep_poll|entry_SYSCALL|exit_to_user|pv_native|\[k\]/) return "libuv turns: epoll_wait system calls"
     if (s ~ /caf::|libcaf|spawnOnLoop|Binding::enqueue|trivial_match_case|anon_send|mailbox/) return "CAF: mailbox element, matching, dispatch"
     if (s ~ /malloc|_int_free|cfree|operator new|operator delete|tcache/) return "heap: malloc/free"
     if (s ~ /_M_manager|_Sp_counted|~deque|deque<|_Deque_base|~Error|~Descriptor|basic_string|_M_mutate|vector</) return "std::function, shared_ptr, string copies"
