@@ -40,6 +40,18 @@ TEST_CASE("message frames round-trip") {
   CHECK(out.routes[1].channelDescriptor == "x");
 }
 
+TEST_CASE("a message as sent is its header and its body, in one string") {
+  for (MessageFrame f : {sample(), MessageFrame()}) {
+    const std::string body = encode(f);
+    const std::string framed = encodeMessage(f);
+    CHECK(framed == encodeHeader(FrameType::kMessage, body.size()) + body);
+    FrameHeader header;
+    REQUIRE(!decodeHeader(bytes(framed), Limits(), header));
+    CHECK(header.type == FrameType::kMessage);
+    CHECK(header.length == body.size());
+  }
+}
+
 TEST_CASE("hello and welcome round-trip") {
   Hello h{"ctx", {{"tcp", 3, "tcp", {}, ""}}, {{"cma", -2, "any", {"cpu"}, "1:2:3"}}};
   std::string body = encode(h);

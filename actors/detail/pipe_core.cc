@@ -358,13 +358,13 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
   std::vector<transport::Slice> inlineData;
   std::vector<OutOfBand> outOfBand;
   Error error = buildFrame(*op, frame, inlineData, outOfBand);
-  std::string body;
+  std::string framed;  // header and body
   if (!error) {
-    body = wire::encode(frame);
+    framed = wire::encodeMessage(frame);
+    const size_t body = framed.size() - wire::kHeaderSize;
     // Checked before any send starts; descriptors add only a few bytes.
-    if (body.size() + 64 * outOfBand.size() > context_->limits().maxFrameSize) {
-      error = ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body.size(),
-                              context_->limits().maxFrameSize);
+    if (body + 64 * outOfBand.size() > context_->limits().maxFrameSize) {
+      error = ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body, context_->limits().maxFrameSize);
     }
   }
   if (error) {
@@ -395,10 +395,9 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
             }
           });
     }
-    body = wire::encode(frame);
+    framed = wire::encodeMessage(frame);
   }
-  op->frame = wire::encodeHeader(wire::FrameType::kMessage, body.size());
-  op->frame += body;
+  op->frame = std::move(framed);
   std::vector<transport::Slice> slices;
   slices.reserve(1 + inlineData.size());
   slices.push_back({op->frame.data(), op->frame.size()});

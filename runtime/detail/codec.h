@@ -15,6 +15,14 @@ namespace actorpipe::wire {
 
 class Writer {
  public:
+  Writer() = default;
+  // Starts with `prefix` zero bytes (a frame header to fill in once the body
+  // is known) and room for `reserve` bytes, so a small frame is built in one
+  // allocation.
+  Writer(size_t prefix, size_t reserve) {
+    out_.reserve(reserve);
+    out_.assign(prefix, '\0');
+  }
   void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void u32(uint32_t v) {
     for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
@@ -32,6 +40,7 @@ class Writer {
     u32(static_cast<uint32_t>(d.index));
   }
   std::string take() { return std::move(out_); }
+  std::string& bytes() { return out_; }
 
  private:
   std::string out_;

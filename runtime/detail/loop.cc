@@ -81,17 +81,19 @@ bool Loop::drainQueue() {
   if (!queued_.load(std::memory_order_acquire)) {
     return false;
   }
-  std::deque<Task> batch;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    batch.swap(queue_);
+    batch_.swap(queue_);
     queued_.store(false, std::memory_order_relaxed);
   }
-  if (batch.empty()) {
+  if (batch_.empty()) {
     return false;
   }
   noteActivity();
-  for (auto& task : batch) {
+  // By index, and cleared only after: a task may post (to queue_), never
+  // drain, so batch_ stays put while it runs.
+  for (size_t i = 0; i < batch_.size(); ++i) {
+    Task& task = batch_[i];
     // A user callback that throws must not take the loop (and every pipe on
     // it) down with it: report and carry on.
     try {
@@ -102,6 +104,7 @@ bool Loop::drainQueue() {
       ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
     }
   }
+  batch_.clear();
   return true;
 }
 

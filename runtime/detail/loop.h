@@ -92,7 +92,10 @@ class Loop {
   std::thread::id threadId_;
 
   mutable std::mutex mutex_;
-  std::deque<Task> queue_;
+  // Vectors, swapped each turn: their capacity stays, so a busy loop
+  // allocates nothing to move its tasks (a deque allocates its map anew).
+  std::vector<Task> queue_;
+  std::vector<Task> batch_;  // loop thread only: the tasks of this turn
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> queued_{false};
   std::atomic<bool> stopping_{false};

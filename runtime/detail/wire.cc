@@ -109,8 +109,9 @@ std::string encode(const Reject& reject) {
   return w.take();
 }
 
-std::string encode(const MessageFrame& frame) {
-  Writer w;
+namespace {
+
+void writeMessage(Writer& w, const MessageFrame& frame) {
   const Descriptor& d = frame.descriptor;
   w.str(d.metadata);
   w.u32(static_cast<uint32_t>(d.payloads.size()));
@@ -131,6 +132,22 @@ std::string encode(const MessageFrame& frame) {
     w.u8(route.inlineData ? 1 : 0);
     w.str(route.channelDescriptor);
   }
+}
+
+}  // namespace
+
+std::string encode(const MessageFrame& frame) {
+  Writer w;
+  writeMessage(w, frame);
+  return w.take();
+}
+
+std::string encodeMessage(const MessageFrame& frame) {
+  Writer w(kHeaderSize, 128);
+  writeMessage(w, frame);
+  std::string& out = w.bytes();
+  const std::string header = encodeHeader(FrameType::kMessage, out.size() - kHeaderSize);
+  out.replace(0, kHeaderSize, header);
   return w.take();
 }
 

@@ -104,6 +104,9 @@ std::string encode(const Hello& hello);
 std::string encode(const Welcome& welcome);
 std::string encode(const Reject& reject);
 std::string encode(const MessageFrame& frame);
+// The same frame with its header in front, built in one string: what a
+// pipe sends (one allocation for a small message, not three).
+std::string encodeMessage(const MessageFrame& frame);
 std::string encode(const Join& join);
 std::string encode(const Challenge& challenge);
 std::string encode(const Auth& auth);

@@ -39,13 +39,19 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
   using Connection::close;
   using Connection::write;
 
+  // On the loop already (a pipe's reads and writes always are), the
+  // callback is moved straight into the operation: no closure, no copies of
+  // it (each may allocate). `self` keeps us alive through callbacks that
+  // drop the caller's reference, as the closure did.
   void read(void* ptr, size_t length, read_callback_fn fn) final {
     auto self = this->shared_from_this();
+    if (loop_.inLoop()) return self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, std::move(fn)});
     inLoop(
         loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); }, fn);
   }
   void write(std::vector<Slice> slices, write_callback_fn fn) final {
     auto self = this->shared_from_this();
+    if (loop_.inLoop()) return self->writeInLoop(std::move(slices), std::move(fn));
     inLoop(
         loop_, [self, slices = std::move(slices), fn]() mutable { self->writeInLoop(std::move(slices), fn); }, fn);
   }
