@@ -192,7 +192,7 @@ void PipeCore::spawnActor() {
 // place behind everything this thread asked for before, runs on the thread a
 // message would, and runs after the current callback returns, never inside
 // it. What it saves is the CAF message (a mailbox element, its match and
-// dispatch): about a fifth of a small round trip's work (docs/benchmarks.md,
+// dispatch): about a tenth of a small round trip's work (docs/benchmarks.md,
 // "Where a small round trip's time goes"). From any other thread an operation
 // is a message to the actor. `task(core, refused)` gets the core, or null and
 // why not: the pipe is gone, or the loop runs no more tasks.

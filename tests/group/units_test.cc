@@ -201,6 +201,12 @@ TEST_CASE("link frames round-trip; malformed ones are protocol errors, never a p
   std::string badCause = actorpipe::group::encode(F::abort(1, F::Cause::kLogic, 0, "x"));
   badCause[9] = 0;
   CHECK(rejected(badCause));
+  badCause[9] = char(uint8_t(F::Cause::kOther) + 1);  // one past the last cause we know
+  CHECK(rejected(badCause));
+  badCause[9] = char(uint8_t(F::Cause::kOther));
+  F other;
+  REQUIRE(!actorpipe::group::decode(badCause, other));
+  CHECK(other.cause == F::Cause::kOther);
   std::string hugeReason(1, char(F::Kind::kRefuse));
   const uint32_t n = actorpipe::group::kMaxLinkFrameReason + 1;
   for (int i = 0; i < 4; ++i) hugeReason.push_back(char(n >> (8 * i)));
