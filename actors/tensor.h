@@ -20,6 +20,12 @@
 
 #include <actorpipe/runtime/device.h>  // the one Device, also the pipes'
 
+namespace caf {
+class deserializer;
+class error;
+class serializer;
+} // namespace caf
+
 namespace actorpipe {
 
 enum class DType : std::uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUint8 };
@@ -139,5 +145,13 @@ Tensor Tensor::full(Shape shape, T value) {
     first[i] = value;
   return result;
 }
+
+// A Tensor in a CAF message that goes to another node (actors/remote):
+// its bytes are not encoded with the message but travel as a pipe tensor on
+// the negotiated channel; these write and read its place in the message's
+// tensor list. Anywhere else (CAF's own middleman) they fail.
+caf::error inspect(caf::serializer& sink, Tensor& tensor);
+caf::error inspect(caf::deserializer& source, Tensor& tensor);
+std::string to_string(const Tensor& tensor);
 
 } // namespace actorpipe

@@ -1,0 +1,125 @@
+#include <actorpipe/actors/remote/detail/frames.h>
+
+#include <caf/message_id.hpp>
+
+#include <actorpipe/runtime/detail/codec.h>
+
+namespace actorpipe::remote::detail {
+
+bool isPlainName(const std::string& text, size_t limit) {
+  if (text.empty() || text.size() > limit) return false;
+  for (char c : text) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+std::string encodeFrame(const Frame& f) {
+  wire::Writer w(0, 32 + f.identity.size() + f.name.size() + f.reason.size());
+  w.u8(kFrameVersion);
+  w.u8(static_cast<uint8_t>(f.kind));
+  switch (f.kind) {
+    case Frame::Kind::kHello:
+      w.str(f.identity);
+      w.u32(f.pid);
+      break;
+    case Frame::Kind::kLookup:
+      w.u64(f.request);
+      w.str(f.name);
+      break;
+    case Frame::Kind::kFound:
+      w.u64(f.request);
+      w.u64(f.aid);
+      w.u32(static_cast<uint32_t>(f.interface.size()));
+      for (const auto& entry : f.interface) w.str(entry);
+      break;
+    case Frame::Kind::kMessage:
+      w.u64(f.source);
+      w.u64(f.aid);
+      w.u64(f.messageId);
+      break;
+    case Frame::Kind::kDown:
+      w.u64(f.aid);
+      w.u8(f.code);
+      w.u64(f.category);
+      w.str(f.reason);
+      break;
+    case Frame::Kind::kBeat:
+    case Frame::Kind::kBye:
+      break;
+  }
+  return w.take();
+}
+
+Error decodeFrame(const std::string& bytes, Frame& f) {
+  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  uint8_t version = r.u8();
+  uint8_t kind = r.u8();
+  if (r.failed()) return r.finish("node");
+  if (version != kFrameVersion) {
+    return ACTORPIPE_ERROR(ProtocolError, "node frame version " + std::to_string(version) +
+                                              " (this node speaks " +
+                                              std::to_string(kFrameVersion) + ")");
+  }
+  f = Frame();
+  switch (kind) {
+    case uint8_t(Frame::Kind::kHello):
+      f.kind = Frame::Kind::kHello;
+      f.identity = r.str("identity");
+      f.pid = r.u32();
+      if (!r.failed() && !isPlainName(f.identity, kMaxIdentityLength)) r.fail("bad node identity");
+      break;
+    case uint8_t(Frame::Kind::kLookup):
+      f.kind = Frame::Kind::kLookup;
+      f.request = r.u64();
+      f.name = r.str("name");
+      if (!r.failed() && !isPlainName(f.name, kMaxNameLength)) r.fail("bad actor name");
+      break;
+    case uint8_t(Frame::Kind::kFound): {
+      f.kind = Frame::Kind::kFound;
+      f.request = r.u64();
+      f.aid = r.u64();
+      uint32_t n = r.count(4, kMaxInterfaceEntries, "interface");
+      for (uint32_t i = 0; i < n && !r.failed(); ++i) {
+        f.interface.push_back(r.str("interface entry"));
+        if (!r.failed() && f.interface.back().size() > kMaxInterfaceEntryLength) {
+          r.fail("interface entry too long");
+        }
+      }
+      break;
+    }
+    case uint8_t(Frame::Kind::kMessage): {
+      f.kind = Frame::Kind::kMessage;
+      f.source = r.u64();
+      f.aid = r.u64();
+      f.messageId = r.u64();
+      caf::message_id mid(f.messageId);
+      auto category = mid.category();
+      if (!r.failed() && category != caf::message_id::urgent_message_category &&
+          category != caf::message_id::normal_message_category) {
+        r.fail("message id of a stream category");
+      }
+      if (!r.failed() && f.aid == 0) r.fail("message to actor 0");
+      break;
+    }
+    case uint8_t(Frame::Kind::kDown):
+      f.kind = Frame::Kind::kDown;
+      f.aid = r.u64();
+      f.code = r.u8();
+      f.category = r.u64();
+      f.reason = r.str("reason");
+      if (!r.failed() && f.reason.size() > kMaxReasonLength) r.fail("reason too long");
+      break;
+    case uint8_t(Frame::Kind::kBeat):
+      f.kind = Frame::Kind::kBeat;
+      break;
+    case uint8_t(Frame::Kind::kBye):
+      f.kind = Frame::Kind::kBye;
+      break;
+    default:
+      r.fail("unknown kind " + std::to_string(kind));
+  }
+  return r.finish("node");
+}
+
+} // namespace actorpipe::remote::detail

@@ -1,0 +1,67 @@
+#pragma once
+// The frames two nodes exchange, each the metadata of one pipe message.
+//
+//   HELLO    identity, pid            first frame each way, once
+//   LOOKUP   request, name            which actor is published as `name`?
+//   FOUND    request, aid, interface  0 = nothing under that name
+//   MESSAGE  source aid, target aid, message id   + 1 payload (CAF bytes)
+//                                                 + the message's tensors
+//   DOWN     aid, reason              an actor the peer may hold is gone
+//   BEAT                              nothing else was sent for a while
+//   BYE                               the node leaves on purpose
+//
+// A frame is a version byte, a kind byte and its fields (runtime/detail/
+// codec.h). Decoding is strict: known kind, printable bounded names, no
+// trailing bytes, message ids of the two one-to-one categories only (CAF's
+// stream categories are not for peers to inject).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <actorpipe/runtime/error.h>
+
+namespace actorpipe::remote::detail {
+
+constexpr uint8_t kFrameVersion = 1;
+constexpr size_t kMaxNameLength = 255;
+constexpr size_t kMaxIdentityLength = 255;
+constexpr size_t kMaxReasonLength = 4096;
+constexpr size_t kMaxInterfaceEntries = 1024;
+constexpr size_t kMaxInterfaceEntryLength = 4096;
+
+struct Frame {
+  enum class Kind : uint8_t {
+    kHello = 1,
+    kLookup = 2,
+    kFound = 3,
+    kMessage = 4,
+    kDown = 5,
+    kBeat = 6,
+    kBye = 7,
+  };
+  Kind kind{Kind::kBeat};
+  // kHello
+  std::string identity;
+  uint32_t pid{0};
+  // kLookup, kFound
+  uint64_t request{0};
+  std::string name;
+  std::vector<std::string> interface;
+  // kFound, kMessage (target), kDown
+  uint64_t aid{0};
+  // kMessage
+  uint64_t source{0};
+  uint64_t messageId{0};
+  // kDown: the actor's exit reason as CAF has it
+  uint8_t code{0};
+  uint64_t category{0};
+  std::string reason;
+};
+
+std::string encodeFrame(const Frame& frame);
+Error decodeFrame(const std::string& bytes, Frame& frame);
+
+// Printable ASCII without spaces, 1..limit bytes.
+bool isPlainName(const std::string& text, size_t limit);
+
+} // namespace actorpipe::remote::detail

@@ -1,0 +1,522 @@
+// One peer node: its pipe, the proxies of its actors, the requests pending
+// there. Protocol in detail/frames.h, thread model in detail/node_core.h.
+#include <actorpipe/actors/remote/detail/node_core.h>
+
+#include <openssl/sha.h>
+#include <unistd.h>
+
+#include <caf/actor_cast.hpp>
+#include <caf/make_actor.hpp>
+#include <caf/message_id.hpp>
+#include <caf/sec.hpp>
+
+#include <actorpipe/actors/pipe_tensor.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/runtime/detail/log.h>
+
+namespace actorpipe::remote::detail {
+
+struct Outgoing {
+  EncodedMessage message;
+};
+
+namespace {
+
+int64_t ticks(Link::Clock::time_point t) { return t.time_since_epoch().count(); }
+
+// A peer's actor, as CAF's remote actors are: a proxy whose mailbox is the
+// link. It owns nothing of the link; when the link ends it is killed, which
+// gives its monitors their down_msg.
+class Proxy final : public caf::actor_proxy {
+ public:
+  Proxy(caf::actor_config& config, std::weak_ptr<Link> link)
+      : caf::actor_proxy(config), link_(std::move(link)) {}
+
+  ~Proxy() override {
+    if (auto link = link_.lock()) link->forgetProxy(id(), ctrl());
+  }
+
+  void enqueue(caf::mailbox_element_ptr element, caf::execution_unit* context) override {
+    std::shared_ptr<Link> link;
+    caf::error reason;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      link = link_.lock();
+      reason = reason_;
+    }
+    if (link) {
+      link->forward(std::move(element), id(), caf::strong_actor_ptr(ctrl()));
+      return;
+    }
+    // The node is gone: a request fails at once, as it would have had it
+    // been pending when the link ended.
+    if (element->mid.is_request() && element->sender) {
+      if (!reason) reason = makeError(RemoteError::kNodeLost, "the actor's node is gone");
+      element->sender->enqueue(
+          caf::make_mailbox_element(caf::strong_actor_ptr(ctrl()), element->mid.response_id(), {},
+                                    caf::make_message(std::move(reason))),
+          context);
+    }
+  }
+
+  void kill_proxy(caf::execution_unit* context, caf::error reason) override {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      link_.reset();
+      reason_ = reason;
+    }
+    cleanup(std::move(reason), context);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::weak_ptr<Link> link_;
+  caf::error reason_;
+};
+
+caf::node_id nodeIdOf(const std::string& identity, uint32_t pid) {
+  caf::node_id::default_data::host_id_type host{};
+  static_assert(sizeof(host) == SHA_DIGEST_LENGTH, "CAF's host ids are SHA-1 sized");
+  SHA1(reinterpret_cast<const unsigned char*>(identity.data()), identity.size(), host.data());
+  host[0] |= 1;  // never all zero (CAF's invalid id)
+  return caf::make_node_id(pid == 0 ? 1 : pid, host);
+}
+
+} // namespace
+
+Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, std::string url)
+    : node_(node),
+      system_(node->system()),
+      options_(node->options()),
+      pipe_(std::move(pipe)),
+      url_(std::move(url)),
+      lastRead_(ticks(Clock::now())),
+      lastWrite_(ticks(Clock::now())) {}
+
+void Link::start() {
+  auto node = node_.lock();
+  if (!node) return;
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = node->identity();
+  hello.pid = static_cast<uint32_t>(::getpid());
+  write(hello);
+  readNext();
+}
+
+std::string Link::peerIdentity() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return peer_;
+}
+
+bool Link::dead() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return dead_;
+}
+
+caf::error Link::lostError(const std::string& cause) {
+  std::string peer = peerIdentity();
+  return makeError(RemoteError::kNodeLost,
+                   "node " + (peer.empty() ? std::string("?") : peer) +
+                       (url_.empty() ? std::string() : " at " + url_) + " lost: " + cause);
+}
+
+void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body) {
+  Message message;
+  message.metadata = encodeFrame(frame);
+  if (body) {
+    auto& bytes = body->message.bytes;
+    message.payloads.push_back(Message::Payload{bytes.data(), bytes.size(), std::string()});
+    for (const auto& tensor : body->message.tensors) message.tensors.push_back(pipeTensor(tensor));
+  }
+  lastWrite_ = ticks(Clock::now());
+  auto self = shared_from_this();
+  pipe_->write(std::move(message), [self, body, bye = frame.kind == Frame::Kind::kBye](const Error& error) {
+    if (bye) {
+      self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
+    } else if (error) {
+      self->fail(self->lostError(error.what()));
+    }
+  });
+}
+
+void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
+                   const caf::strong_actor_ptr& targetProxy) {
+  caf::message_id mid = element->mid;
+  caf::strong_actor_ptr sender = std::move(element->sender);
+  caf::message content = element->move_content_to_message();
+  if (isSystemMessage(content)) {
+    // An exit_msg from a link, say: links do not cross nodes (yet).
+    ACTORPIPE_LOG(kDebug, "not sent to a remote actor: " << caf::to_string(content));
+    return;
+  }
+  auto body = std::make_shared<Outgoing>();
+  caf::error problem;
+  if (Error bad = encodeMessage(system_, content, body->message)) {
+    problem = makeError(RemoteError::kUnsendable, bad.what());
+  } else if (body->message.bytes.size() > options_.maxMessageBytes) {
+    problem = makeError(RemoteError::kUnsendable,
+                        "a message of " + std::to_string(body->message.bytes.size()) +
+                            " bytes (tensors apart) exceeds maxMessageBytes");
+  } else if (body->message.tensors.size() > options_.maxTensors) {
+    problem = makeError(RemoteError::kUnsendable, "a message of " +
+                                                      std::to_string(body->message.tensors.size()) +
+                                                      " tensors exceeds maxTensors");
+  }
+  // Only a local sender can be answered (no routing through this node).
+  uint64_t source = 0;
+  if (!problem && sender && sender->node() == system_.node()) {
+    source = sender->id();
+    if (auto node = node_.lock()) node->exportActor(sender);
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_) {
+      problem = deathReason_;
+    } else if (!problem && mid.is_request() && source != 0) {
+      pending_[{source, mid.request_id().integer_value()}] = Pending{sender, targetProxy, mid};
+    }
+  }
+  if (problem) {
+    if (mid.is_request() && sender) {
+      sender->enqueue(caf::make_mailbox_element(targetProxy, mid.response_id(), {},
+                                                caf::make_message(std::move(problem))),
+                      nullptr);
+    } else {
+      ACTORPIPE_LOG(kWarn, "remote message to actor " << target << " dropped: "
+                                                      << system_.render(problem));
+    }
+    return;
+  }
+  Frame frame;
+  frame.kind = Frame::Kind::kMessage;
+  frame.source = source;
+  frame.aid = target;
+  frame.messageId = mid.integer_value();
+  write(frame, std::move(body));
+}
+
+void Link::readNext() {
+  auto self = shared_from_this();
+  pipe_->readDescriptor([self](const Error& error, Descriptor descriptor) {
+    if (error) {
+      self->fail(self->lostError(error.what()));
+      return;
+    }
+    self->lastRead_ = ticks(Clock::now());
+    Frame frame;
+    if (Error bad = decodeFrame(descriptor.metadata, frame)) {
+      self->failProtocol(bad);
+      return;
+    }
+    bool isMessage = frame.kind == Frame::Kind::kMessage;
+    if (descriptor.payloads.size() != (isMessage ? 1u : 0u) ||
+        (!isMessage && !descriptor.tensors.empty())) {
+      self->failProtocol(ACTORPIPE_ERROR(ProtocolError, "node frame with " +
+                                                           std::to_string(descriptor.payloads.size()) +
+                                                           " payloads and " +
+                                                           std::to_string(descriptor.tensors.size()) +
+                                                           " tensors"));
+      return;
+    }
+    Allocation allocation;
+    std::shared_ptr<std::vector<char>> payload;
+    std::vector<Tensor> tensors;
+    if (isMessage) {
+      size_t length = descriptor.payloads[0].length;
+      if (length > self->options_.maxMessageBytes || descriptor.tensors.size() > self->options_.maxTensors) {
+        self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message",
+                                           length, self->options_.maxMessageBytes));
+        return;
+      }
+      payload = std::make_shared<std::vector<char>>(length);
+      allocation.payloads.push_back(Allocation::Payload{payload->data()});
+      tensors.resize(descriptor.tensors.size());
+      for (size_t i = 0; i < descriptor.tensors.size(); ++i) {
+        allocation.tensors.emplace_back();
+        if (Error bad = receiveTensor(descriptor.tensors[i], tensors[i], allocation.tensors.back())) {
+          self->failProtocol(bad);
+          return;
+        }
+      }
+    }
+    auto held = std::make_shared<std::vector<Tensor>>(std::move(tensors));
+    self->pipe_->read(std::move(allocation), [self, frame = std::move(frame), payload,
+                                              held](const Error& error) mutable {
+      if (error) {
+        self->fail(self->lostError(error.what()));
+        return;
+      }
+      self->lastRead_ = ticks(Clock::now());
+      self->onFrame(std::move(frame), std::move(payload), std::move(*held));
+      if (!self->dead()) self->readNext();
+    });
+  });
+}
+
+void Link::failProtocol(const Error& error) {
+  ACTORPIPE_LOG(kWarn, "node link " << url_ << ": " << error.what());
+  fail(lostError(error.what()));
+}
+
+void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
+                   std::vector<Tensor> tensors) {
+  bool hello = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    hello = helloDone_;
+  }
+  if (!hello) {
+    if (frame.kind != Frame::Kind::kHello) {
+      failProtocol(ACTORPIPE_ERROR(ProtocolError, "a node's first frame must be HELLO"));
+      return;
+    }
+    auto node = node_.lock();
+    if (node && frame.identity == node->identity()) {
+      failProtocol(ACTORPIPE_ERROR(ProtocolError, "a peer claims this node's own identity"));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      peer_ = frame.identity;
+      peerNode_ = nodeIdOf(frame.identity, frame.pid);
+      helloDone_ = true;
+    }
+    changed_.notify_all();
+    ACTORPIPE_LOG(kInfo, "node link " << url_ << ": peer " << frame.identity);
+    return;
+  }
+  switch (frame.kind) {
+    case Frame::Kind::kHello:
+      failProtocol(ACTORPIPE_ERROR(ProtocolError, "a second HELLO"));
+      return;
+    case Frame::Kind::kLookup: {
+      Frame answer;
+      answer.kind = Frame::Kind::kFound;
+      answer.request = frame.request;
+      if (auto node = node_.lock()) {
+        if (auto actor = node->published(frame.name, answer.interface)) answer.aid = actor->id();
+      }
+      write(answer);
+      return;
+    }
+    case Frame::Kind::kFound: {
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto it = lookups_.find(frame.request);
+        if (it == lookups_.end()) return;  // answered after its asker gave up
+        it->second->done = true;
+        it->second->aid = frame.aid;
+        it->second->interface = std::move(frame.interface);
+      }
+      changed_.notify_all();
+      return;
+    }
+    case Frame::Kind::kMessage: {
+      caf::message content;
+      if (Error bad = decodeMessage(system_, payload->data(), payload->size(), std::move(tensors), content)) {
+        failProtocol(bad);
+        return;
+      }
+      onMessage(frame, std::move(content));
+      return;
+    }
+    case Frame::Kind::kDown: {
+      caf::strong_actor_ptr proxy;
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto it = proxies_.find(frame.aid);
+        if (it != proxies_.end()) {
+          proxy = it->second.lock();
+          proxies_.erase(it);
+        }
+      }
+      if (proxy) {
+        caf::error reason;
+        if (frame.code != 0) {
+          reason = caf::error(frame.code, caf::atom_value{frame.category},
+                              frame.reason.empty() ? caf::message()
+                                                   : caf::make_message(frame.reason));
+        }
+        caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
+      }
+      return;
+    }
+    case Frame::Kind::kBeat:
+      return;
+    case Frame::Kind::kBye:
+      fail(makeError(RemoteError::kNodeLeft,
+                     "node " + peerIdentity() + (url_.empty() ? "" : " at " + url_) + " left"));
+      return;
+  }
+}
+
+void Link::onMessage(const Frame& frame, caf::message content) {
+  caf::message_id mid(frame.messageId);
+  if (mid.is_response()) {
+    // Only an answer to a request this link carried, delivered with the id
+    // its asker waits for: a peer cannot answer what it was not asked.
+    Pending waiting;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      auto it = pending_.find({frame.aid, mid.request_id().integer_value()});
+      if (it == pending_.end()) return;
+      waiting = std::move(it->second);
+      pending_.erase(it);
+    }
+    waiting.sender->enqueue(caf::make_mailbox_element(std::move(waiting.target),
+                                                      waiting.mid.response_id(), {},
+                                                      std::move(content)),
+                            nullptr);
+    return;
+  }
+  auto node = node_.lock();
+  caf::strong_actor_ptr target = node ? node->exported(frame.aid) : nullptr;
+  caf::strong_actor_ptr sender = frame.source != 0 ? proxyFor(frame.source) : nullptr;
+  if (!target) {
+    if (mid.is_request() && frame.source != 0) {
+      Frame answer;
+      answer.kind = Frame::Kind::kMessage;
+      answer.source = frame.aid;
+      answer.aid = frame.source;
+      answer.messageId = mid.response_id().integer_value();
+      auto body = std::make_shared<Outgoing>();
+      encodeMessage(system_,
+                    caf::make_message(caf::make_error(
+                        caf::sec::request_receiver_down,
+                        "no actor " + std::to_string(frame.aid) + " on node " +
+                            (node ? node->identity() : std::string("?")))),
+                    body->message);
+      write(answer, std::move(body));
+    }
+    return;
+  }
+  target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)),
+                  nullptr);
+}
+
+caf::strong_actor_ptr Link::proxyFor(caf::actor_id aid) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (dead_) return nullptr;
+  auto& slot = proxies_[aid];
+  if (auto proxy = slot.lock()) return proxy;
+  caf::actor_config config;
+  auto proxy = caf::make_actor<Proxy, caf::strong_actor_ptr>(aid, peerNode_, &system_, config,
+                                                              weak_from_this());
+  slot = caf::weak_actor_ptr(proxy.get());
+  return proxy;
+}
+
+void Link::forgetProxy(caf::actor_id aid, const caf::actor_control_block* proxy) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = proxies_.find(aid);
+  if (it != proxies_.end() && it->second.get() == proxy) proxies_.erase(it);
+}
+
+caf::expected<caf::strong_actor_ptr> Link::lookup(const std::string& name,
+                                                  std::chrono::milliseconds timeout,
+                                                  std::set<std::string>& interface) {
+  auto state = std::make_shared<Lookup>();
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_) return deathReason_;
+    id = nextLookup_++;
+    lookups_[id] = state;
+  }
+  Frame ask;
+  ask.kind = Frame::Kind::kLookup;
+  ask.request = id;
+  ask.name = name;
+  write(ask);
+  caf::actor_id aid = 0;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, timeout, [&] { return state->done || dead_; });
+    lookups_.erase(id);
+    if (!state->done) {
+      if (dead_) return deathReason_;
+      return caf::make_error(caf::sec::request_timeout,
+                             "the node at " + url_ + " did not answer within " +
+                                 std::to_string(timeout.count()) + " ms");
+    }
+    aid = state->aid;
+  }
+  if (aid == 0) {
+    return makeError(RemoteError::kNoSuchActor,
+                     "nothing is published as '" + name + "' at " + url_);
+  }
+  interface = std::set<std::string>(state->interface.begin(), state->interface.end());
+  auto proxy = proxyFor(aid);
+  if (!proxy) return lostError("while looking up '" + name + "'");
+  return proxy;
+}
+
+void Link::sendDown(caf::actor_id aid, const caf::error& reason) {
+  if (dead()) return;
+  Frame down;
+  down.kind = Frame::Kind::kDown;
+  down.aid = aid;
+  if (reason) {  // CAF 0.17's code() of no error dereferences nothing
+    down.code = reason.code();
+    down.category = static_cast<uint64_t>(reason.category());
+    down.reason = system_.render(reason).substr(0, kMaxReasonLength);
+  }
+  write(down);
+}
+
+void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
+                std::chrono::milliseconds timeout) {
+  if (dead()) return;
+  auto sinceRead = now - Clock::time_point(Clock::duration(lastRead_.load()));
+  auto sinceWrite = now - Clock::time_point(Clock::duration(lastWrite_.load()));
+  if (sinceRead >= timeout) {
+    fail(lostError("nothing heard for " +
+                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(sinceRead).count()) +
+                   " ms (frozen, or the network between is cut)"));
+    return;
+  }
+  if (sinceWrite >= interval) {
+    Frame beat;
+    beat.kind = Frame::Kind::kBeat;
+    write(beat);
+  }
+}
+
+void Link::leave() {
+  if (dead()) return;
+  Frame bye;
+  bye.kind = Frame::Kind::kBye;
+  write(bye);  // fails the link once written (or not)
+}
+
+void Link::fail(const caf::error& reason) {
+  std::map<std::pair<caf::actor_id, uint64_t>, Pending> pending;
+  std::vector<caf::strong_actor_ptr> proxies;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_) return;
+    dead_ = true;
+    deathReason_ = reason;
+    pending.swap(pending_);
+    for (auto& entry : proxies_) {
+      if (auto proxy = entry.second.lock()) proxies.push_back(std::move(proxy));
+    }
+    proxies_.clear();
+  }
+  changed_.notify_all();
+  ACTORPIPE_LOG(kInfo, "node link " << url_ << ": " << system_.render(reason));
+  pipe_->close();
+  for (auto& entry : pending) {
+    auto& waiting = entry.second;
+    waiting.sender->enqueue(caf::make_mailbox_element(waiting.target, waiting.mid.response_id(),
+                                                      {}, caf::make_message(reason)),
+                            nullptr);
+  }
+  for (auto& proxy : proxies) {
+    caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, reason);
+  }
+  if (auto node = node_.lock()) node->linkClosed(shared_from_this());
+}
+
+} // namespace actorpipe::remote::detail

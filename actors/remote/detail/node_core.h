@@ -1,0 +1,173 @@
+#pragma once
+// Inside a Node: the node itself (published names, the local actors peers
+// may address, the listener, the liveness ticker) and one Link per peer
+// node (a pipe, the proxies of the peer's actors, the requests pending
+// there). See node.h for the behaviour and detail/frames.h for the frames.
+//
+// Thread model. A Link's pipe callbacks run on the pipe's loop thread and
+// read frames one at a time, in order. Any thread may send: a local actor
+// sending to a proxy encodes its message on its own thread and hands it to
+// the pipe. The ticker thread writes heartbeats and declares silent peers
+// lost. Every piece of state below is under its owner's mutex, and no mutex
+// is held while a message is enqueued into an actor (an actor that has
+// already terminated bounces a request straight back into a proxy, which
+// would take the link's mutex again).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_proxy.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/node_id.hpp>
+
+#include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/node.h>
+#include <actorpipe/actors/tensor.h>
+#include <actorpipe/runtime/context.h>
+#include <actorpipe/runtime/listener.h>
+#include <actorpipe/runtime/pipe.h>
+
+namespace actorpipe::remote::detail {
+
+class Link;
+
+class NodeCore : public std::enable_shared_from_this<NodeCore> {
+ public:
+  NodeCore(caf::actor_system& system, NodeOptions options);
+  void start();
+  void leave();
+
+  caf::actor_system& system() { return system_; }
+  const NodeOptions& options() const { return options_; }
+  const std::string& identity() const { return identity_; }
+  std::string url(const std::string& transport) const;
+
+  Error publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
+                const std::string& name);
+  void unpublish(const std::string& name);
+  // The published actor and its interface; null if none.
+  caf::strong_actor_ptr published(const std::string& name, std::vector<std::string>& interface);
+
+  // A local actor peers may now address by its id (a sender of a remote
+  // message, or a published actor); when it terminates, every peer hears.
+  void exportActor(const caf::strong_actor_ptr& actor);
+  caf::strong_actor_ptr exported(caf::actor_id aid);
+
+  // The link to `url`, made if none is alive.
+  std::shared_ptr<Link> linkTo(const std::string& url);
+  void linkClosed(const std::shared_ptr<Link>& link);
+  std::vector<std::string> peers();
+
+ private:
+  void acceptNext();
+  void onLocalDown(caf::actor_id aid, const caf::error& reason);
+  void tick();
+
+  caf::actor_system& system_;
+  const NodeOptions options_;
+  const std::string identity_;
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<Listener> listener_;
+
+  std::mutex mutex_;
+  struct Published {
+    caf::strong_actor_ptr actor;
+    std::vector<std::string> interface;
+  };
+  std::map<std::string, Published> published_;
+  std::map<caf::actor_id, caf::weak_actor_ptr> exported_;
+  std::set<std::shared_ptr<Link>> links_;
+  std::map<std::string, std::weak_ptr<Link>> byUrl_;
+  bool leaving_{false};
+
+  std::mutex tickMutex_;
+  std::condition_variable tickWake_;
+  bool stopTicker_{false};
+  std::thread ticker_;
+};
+
+class Link : public std::enable_shared_from_this<Link> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, std::string url);
+  // Says HELLO and starts reading.
+  void start();
+
+  const std::string& url() const { return url_; }
+  std::string peerIdentity();
+  bool dead();
+
+  // From a proxy: `element` is for the peer's actor `target`.
+  void forward(caf::mailbox_element_ptr element, caf::actor_id target,
+               const caf::strong_actor_ptr& targetProxy);
+  // Blocks until the peer answers, the link dies or `timeout` passes.
+  caf::expected<caf::strong_actor_ptr> lookup(const std::string& name,
+                                              std::chrono::milliseconds timeout,
+                                              std::set<std::string>& interface);
+  void sendDown(caf::actor_id aid, const caf::error& reason);
+  // Ticker: a BEAT if nothing was written for `interval`; lost if nothing
+  // was read for `timeout`.
+  void tick(Clock::time_point now, std::chrono::milliseconds interval,
+            std::chrono::milliseconds timeout);
+  // BYE, then close; the peer's actors go down with kNodeLeft here too.
+  void leave();
+  // The end: pending requests fail, proxies go down, the pipe closes.
+  void fail(const caf::error& reason);
+
+  void forgetProxy(caf::actor_id aid, const caf::actor_control_block* proxy);
+
+ private:
+  void readNext();
+  void onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
+               std::vector<Tensor> tensors);
+  void onMessage(const Frame& frame, caf::message content);
+  void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
+  caf::strong_actor_ptr proxyFor(caf::actor_id aid);
+  void failProtocol(const Error& error);
+  caf::error lostError(const std::string& cause);
+
+  std::weak_ptr<NodeCore> node_;
+  caf::actor_system& system_;
+  const NodeOptions options_;
+  std::shared_ptr<Pipe> pipe_;
+  const std::string url_;
+
+  std::atomic<int64_t> lastRead_;
+  std::atomic<int64_t> lastWrite_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool helloDone_{false};
+  std::string peer_;
+  caf::node_id peerNode_;
+  bool dead_{false};
+  caf::error deathReason_;
+  std::map<caf::actor_id, caf::weak_actor_ptr> proxies_;
+  struct Pending {
+    caf::strong_actor_ptr sender;
+    caf::strong_actor_ptr target;  // the proxy the request went to
+    caf::message_id mid;           // as the sender asked (the peer's copy is not trusted)
+  };
+  // (local sender aid, request id) -> who waits for the response
+  std::map<std::pair<caf::actor_id, uint64_t>, Pending> pending_;
+  struct Lookup {
+    bool done{false};
+    caf::error error;
+    caf::actor_id aid{0};
+    std::vector<std::string> interface;
+  };
+  std::map<uint64_t, std::shared_ptr<Lookup>> lookups_;
+  uint64_t nextLookup_{1};
+};
+
+} // namespace actorpipe::remote::detail

@@ -1,0 +1,64 @@
+#include <actorpipe/actors/remote/node.h>
+
+#include <caf/actor_system_config.hpp>
+
+#include <actorpipe/actors/remote/detail/node_core.h>
+#include <actorpipe/actors/tensor.h>
+
+namespace actorpipe::remote {
+
+caf::error makeError(RemoteError code, std::string text) {
+  return caf::error(static_cast<uint8_t>(code), caf::atom("actorpipe"),
+                    caf::make_message(std::move(text)));
+}
+
+bool isError(const caf::error& error, RemoteError code) {
+  return error && error.category() == caf::atom("actorpipe") && error.code() == static_cast<uint8_t>(code);
+}
+
+void addMessageTypes(caf::actor_system_config& config) {
+  config.add_message_type<Tensor>("actorpipe::Tensor");
+  config.add_message_type<std::vector<Tensor>>("std::vector<actorpipe::Tensor>");
+}
+
+Node::Node(caf::actor_system& system, NodeOptions options)
+    : system_(system), core_(std::make_shared<detail::NodeCore>(system, std::move(options))) {
+  core_->start();
+}
+
+Node::~Node() { leave(); }
+
+const std::string& Node::id() const { return core_->identity(); }
+
+std::string Node::url(const std::string& transport) const { return core_->url(transport); }
+
+Error Node::publishActor(caf::strong_actor_ptr actor, std::set<std::string> interface,
+                         const std::string& name) {
+  return core_->publish(std::move(actor), std::move(interface), name);
+}
+
+void Node::unpublish(const std::string& name) { core_->unpublish(name); }
+
+caf::expected<caf::strong_actor_ptr> Node::lookupActor(const std::string& url,
+                                                       const std::string& name,
+                                                       std::set<std::string>& interface) {
+  if (!detail::isPlainName(name, detail::kMaxNameLength)) {
+    return makeError(RemoteError::kNoSuchActor, "'" + name + "' is not a name");
+  }
+  auto link = core_->linkTo(url);
+  if (!link) return makeError(RemoteError::kNodeLeft, "this node has left");
+  return link->lookup(name, core_->options().lookupTimeout, interface);
+}
+
+caf::expected<caf::actor> Node::remoteActor(const std::string& url, const std::string& name) {
+  std::set<std::string> interface;
+  auto found = lookupActor(url, name, interface);
+  if (!found) return std::move(found.error());
+  return caf::actor_cast<caf::actor>(std::move(*found));
+}
+
+void Node::leave() { core_->leave(); }
+
+std::vector<std::string> Node::peers() const { return core_->peers(); }
+
+} // namespace actorpipe::remote

@@ -1,0 +1,158 @@
+#pragma once
+// Nodes: actors that actors in other processes and on other hosts can reach.
+//
+// A process joins as a Node: its CAF actor system plus a Context listening
+// on `NodeOptions::listen`. It publishes actors under names; another node
+// asks for a name at the first node's URL and gets a handle that behaves as
+// CAF's remote handles do (send, request(...).then(...), monitor and its
+// down_msg):
+//
+//   caf::actor_system_config cfg;
+//   actorpipe::remote::addMessageTypes(cfg);   // Tensor, and your own types
+//   caf::actor_system system{cfg};
+//   actorpipe::remote::Node node(system, options);
+//   node.publish(summer, "summer");                     // one process
+//   auto summer = node.remoteActor(url, "summer");      // another
+//   self->request(*summer, 1s, tensor).then(...);
+//
+// A message to a remote actor is encoded with CAF's inspection (any type
+// registered with add_message_type) and written on the pipe between the two
+// nodes; each Tensor in it travels as a pipe tensor on the channel the two
+// nodes negotiated (xth, cma or shm on one host, tcp or mpt across hosts)
+// and arrives as a Tensor. Order per sender and receiver is kept: one pipe
+// per pair of nodes, read in order.
+//
+// Liveness: a node writes a BEAT frame when it has written nothing for
+// `heartbeatInterval`; a peer from which nothing arrived for
+// `heartbeatTimeout` is declared lost (frozen, or the network between is
+// cut). A killed peer is noticed at once (its socket closes). Either way
+// every request pending to that node fails at once with an error naming the
+// node and the cause, and every monitor of its actors gets a down_msg. A
+// node that leaves on purpose (leave(), or its Node destroyed) says BYE
+// first, and its actors go down with kNodeLeft instead of kNodeLost.
+//
+// Not yet (docs/remote.md): actor handles inside messages (the sender's own
+// handle travels, others do not), links and exit propagation across nodes,
+// forwarding through a third node, bounded in-flight windows.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include <actorpipe/actors/backends.h>
+#include <actorpipe/runtime/error.h>
+
+namespace caf {
+class actor_system_config;
+}
+
+namespace actorpipe::remote {
+
+namespace detail {
+class NodeCore;
+}
+
+struct NodeOptions {
+  // Where peers reach this node (tcp:// across hosts; shm:// for processes
+  // on this host only). Port 0: the kernel picks one (see Node::url()).
+  std::vector<std::string> listen{"tcp://127.0.0.1:0"};
+  // Shared by every node of the job; peers without it are refused before
+  // they can send anything. Empty: no authentication (loopback tests).
+  std::string secret;
+  std::chrono::milliseconds heartbeatInterval{500};
+  std::chrono::milliseconds heartbeatTimeout{2500};
+  // How long remoteActor() waits for the peer and its answer.
+  std::chrono::milliseconds lookupTimeout{10000};
+  // The CAF-encoded part of one message (its tensors are apart).
+  size_t maxMessageBytes{64u << 20};
+  // Tensors of one message, and the bytes of one tensor.
+  size_t maxTensors{4096};
+  size_t maxTensorBytes{size_t{16} << 30};
+  DefaultBackends backends;
+};
+
+// Errors of this layer: caf::error in category "actorpipe" with these codes
+// (code 1 is any other actorpipe Error, see toCafError).
+enum class RemoteError : uint8_t {
+  kNodeLeft = 2,     // the node said goodbye
+  kNodeLost = 3,     // the node died, froze or became unreachable
+  kNoSuchActor = 4,  // nothing is published under that name
+  kUnsendable = 5,   // a type in the message cannot be encoded, or it is too big
+  kBadInterface = 6, // the published actor's interface is not the handle's
+};
+caf::error makeError(RemoteError code, std::string text);
+// Whether `error` is this layer's `code`.
+bool isError(const caf::error& error, RemoteError code);
+
+// Registers what remote messages of actorpipe carry (Tensor); call on the
+// config before the actor system is made, on every node.
+void addMessageTypes(caf::actor_system_config& config);
+
+class Node {
+ public:
+  // Listens at once; throws std::runtime_error if it cannot.
+  Node(caf::actor_system& system, NodeOptions options = NodeOptions());
+  ~Node();  // leave()
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // This node's identity (boot id, network namespace, pid and a nonce): two
+  // containers with the same host name are still two nodes.
+  const std::string& id() const;
+  // The URL peers use for `transport` ("tcp", "shm").
+  std::string url(const std::string& transport = "tcp") const;
+
+  // Publishes `handle` under `name` (printable, no spaces, <= 255 bytes);
+  // a typed handle's interface is checked by typed remoteActor<Handle>.
+  template <class Handle>
+  Error publish(const Handle& handle, const std::string& name) {
+    return publishActor(caf::actor_cast<caf::strong_actor_ptr>(handle),
+                        system_.message_types(handle), name);
+  }
+  void unpublish(const std::string& name);
+
+  // The actor published as `name` on the node at `url`; blocks until it
+  // answers (at most lookupTimeout). One pipe per peer node, reused.
+  caf::expected<caf::actor> remoteActor(const std::string& url, const std::string& name);
+  template <class Handle>
+  caf::expected<Handle> remoteActor(const std::string& url, const std::string& name) {
+    std::set<std::string> interface;
+    auto found = lookupActor(url, name, interface);
+    if (!found) return std::move(found.error());
+    auto wanted = system_.message_types<Handle>();
+    if (interface != wanted) {
+      return makeError(RemoteError::kBadInterface,
+                       "the actor published as '" + name + "' at " + url +
+                           " does not have the interface of the handle asked for");
+    }
+    return caf::actor_cast<Handle>(std::move(*found));
+  }
+
+  // Says BYE to every peer and closes; idempotent. Peers' monitors see
+  // kNodeLeft; requests pending here fail with kNodeLeft.
+  void leave();
+
+  // Peers linked now (their ids), for tools and tests.
+  std::vector<std::string> peers() const;
+
+ private:
+  Error publishActor(caf::strong_actor_ptr actor, std::set<std::string> interface,
+                     const std::string& name);
+  caf::expected<caf::strong_actor_ptr> lookupActor(const std::string& url,
+                                                   const std::string& name,
+                                                   std::set<std::string>& interface);
+
+  caf::actor_system& system_;
+  std::shared_ptr<detail::NodeCore> core_;
+};
+
+} // namespace actorpipe::remote

@@ -1,0 +1,343 @@
+// Actors across nodes: two nodes in this process (each its own actor system
+// and Context), and nodes in forked processes for the failures (kill -9,
+// SIGSTOP, a clean leave, a stranger without the secret).
+#include <signal.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "../support/harness.h"
+#include "remote_support.h"
+
+using namespace remote_test;
+using testing::Child;
+
+namespace {
+
+// What a forked serving node does: publish the test actors, tell the parent
+// its URLs, and leave cleanly when its "leaver" actor is asked to.
+int servingNode(Child& self, NodeOptions options) {
+  TestNode node(options);
+  publishAll(node);
+  auto left = std::make_shared<std::promise<void>>();
+  auto leaver = node.system().spawn([left](caf::event_based_actor*) -> caf::behavior {
+    return {[left](leave_atom) { left->set_value(); }};
+  });
+  node.node().publish(leaver, "leaver");
+  self.send(node.node().url("tcp"));
+  self.send(node.node().url("shm"));
+  left->get_future().wait();
+  node.leave();
+  return 0;
+}
+
+template <class T>
+caf::expected<T> ask(caf::scoped_actor& self, const caf::actor& to, caf::message message,
+                     std::chrono::milliseconds timeout = 10s) {
+  caf::expected<T> result = caf::make_error(caf::sec::request_timeout);
+  self->request(to, timeout, std::move(message))
+      .receive([&](T& value) { result = std::move(value); },
+               [&](caf::error& error) { result = std::move(error); });
+  return result;
+}
+
+std::string render(caf::actor_system& system, const caf::error& error) {
+  return system.render(error);
+}
+
+} // namespace
+
+TEST_CASE("request and reply with tensors of several dtypes and sizes, in order") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;
+  for (std::string transport : {"tcp", "shm"}) {
+    CAPTURE(transport);
+    auto summer = client.node().remoteActor(server.node().url(transport), "summer");
+    REQUIRE_MESSAGE(summer, render(client.system(), summer.error()));
+    caf::scoped_actor self{client.system()};
+
+    auto echoed = ask<std::string>(self, *summer, caf::make_message(std::string("hi")));
+    REQUIRE(echoed);
+    CHECK(*echoed == "echo:hi");
+
+    std::vector<Tensor> tensors = {
+        Tensor::full<float>({1000}, 0.5f),
+        Tensor::full<int64_t>({3, 1}, int64_t(7)),
+        Tensor::full<uint8_t>({1024, 1024}, uint8_t(3)),
+        Tensor::zeros({0}, DType::kFloat64),
+        Tensor::full<int32_t>({2, 3, 4}, -2),
+    };
+    for (auto& t : tensors) {
+      CAPTURE(t.toString());
+      Tensor back;
+      double sum = -1;
+      self->request(*summer, 10s, t)
+          .receive(
+              [&](double s, const Tensor& r) {
+                sum = s;
+                back = r;
+              },
+              [&](caf::error& e) { FAIL(render(client.system(), e)); });
+      CHECK(sum == doctest::Approx(sumOf(t)));
+      REQUIRE(back.defined());
+      CHECK(back.dtype() == t.dtype());
+      CHECK(back.shape() == t.shape());
+      CHECK(!back.sharesStorageWith(t));  // it went to the other node and back
+      if (t.nbytes() > 0) CHECK(std::memcmp(back.rawData(), t.rawData(), t.nbytes()) == 0);
+    }
+
+    // Order per sender and receiver.
+    auto collector = client.node().remoteActor(server.node().url(transport), "collector");
+    REQUIRE(collector);
+    auto before = ask<std::vector<int32_t>>(self, *collector, caf::make_message(get_atom::value));
+    REQUIRE(before);
+    for (int32_t i = 0; i < 2000; ++i) self->send(*collector, i);
+    auto after = ask<std::vector<int32_t>>(self, *collector, caf::make_message(get_atom::value));
+    REQUIRE(after);
+    REQUIRE(after->size() == before->size() + 2000);
+    bool inOrder = true;
+    for (int32_t i = 0; i < 2000; ++i) inOrder = inOrder && (*after)[before->size() + i] == i;
+    CHECK(inOrder);
+  }
+  CHECK(client.node().peers().size() == 2);  // one link per URL asked
+}
+
+TEST_CASE("an actor on another node answers an actor, not only a blocking caller") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;
+  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
+  REQUIRE(summer);
+  auto result = std::make_shared<std::promise<double>>();
+  client.system().spawn([result, summer = *summer](caf::event_based_actor* self) {
+    self->request(summer, 10s, Tensor::full<double>({4}, 2.5))
+        .then([result](double sum, const Tensor&) { result->set_value(sum); },
+              [result](caf::error&) { result->set_value(-1); });
+  });
+  auto future = result->get_future();
+  REQUIRE(future.wait_for(10s) == std::future_status::ready);
+  CHECK(future.get() == doctest::Approx(10.0));
+}
+
+TEST_CASE("names: one nobody published, a bad name, a typed handle of the wrong interface") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;
+  auto url = server.node().url("tcp");
+  auto nobody = client.node().remoteActor(url, "nobody");
+  REQUIRE(!nobody);
+  CHECK(actorpipe::remote::isError(nobody.error(), RemoteError::kNoSuchActor));
+  CHECK(render(client.system(), nobody.error()).find("nobody") != std::string::npos);
+  CHECK(!client.node().remoteActor(url, "two words"));
+  CHECK(server.node().publish(server.system().spawn(summer), "two words"));  // an Error
+
+  using Typed = caf::typed_actor<caf::replies_to<int32_t>::with<int32_t>>;
+  auto typedActor = server.system().spawn([]() -> Typed::behavior_type {
+    return {[](int32_t x) { return x + 1; }};
+  });
+  REQUIRE(!server.node().publish(typedActor, "typed"));
+  auto good = client.node().remoteActor<Typed>(url, "typed");
+  REQUIRE(good);
+  caf::scoped_actor self{client.system()};
+  int32_t answer = 0;
+  self->request(*good, 10s, int32_t(41)).receive([&](int32_t x) { answer = x; },
+                                                 [&](caf::error&) {});
+  CHECK(answer == 42);
+  using Other = caf::typed_actor<caf::replies_to<std::string>::with<std::string>>;
+  auto bad = client.node().remoteActor<Other>(url, "typed");
+  REQUIRE(!bad);
+  CHECK(actorpipe::remote::isError(bad.error(), RemoteError::kBadInterface));
+}
+
+TEST_CASE("a message of a type the actor system does not know fails the request clearly") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;
+  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
+  REQUIRE(summer);
+  caf::scoped_actor self{client.system()};
+  // std::vector<double> is not registered on the client: it cannot be encoded.
+  auto reply = ask<std::string>(self, *summer, caf::make_message(std::vector<double>{1.0}));
+  REQUIRE(!reply);
+  CHECK(actorpipe::remote::isError(reply.error(), RemoteError::kUnsendable));
+  // The link still works.
+  auto echoed = ask<std::string>(self, *summer, caf::make_message(std::string("still")));
+  REQUIRE(echoed);
+  CHECK(*echoed == "echo:still");
+}
+
+TEST_CASE("a remote actor that terminates: its monitors get down_msg, later requests fail") {
+  TestNode server;
+  auto mortal = server.system().spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](const std::string&) { self->quit(caf::make_error(caf::sec::runtime_error, "bye")); }};
+  });
+  REQUIRE(!server.node().publish(mortal, "mortal"));
+  TestNode client;
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "mortal");
+  REQUIRE(remote);
+  caf::scoped_actor self{client.system()};
+  self->monitor(*remote);
+  self->send(*remote, std::string("die"));
+  bool down = false;
+  self->receive([&](const caf::down_msg& msg) { down = msg.source == *remote && msg.reason; },
+                caf::after(10s) >> [] {});
+  CHECK(down);
+  server.node().unpublish("mortal");
+  mortal = nullptr;
+  auto late = ask<std::string>(self, *remote, caf::make_message(std::string("x")), 5s);
+  CHECK(!late);
+}
+
+TEST_CASE("an idle healthy node is never declared dead; its pending requests stay pending") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;  // heartbeats every 100 ms, lost after 600 ms of silence
+  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
+  auto sleeperActor = client.node().remoteActor(server.node().url("tcp"), "sleeper");
+  REQUIRE(summer);
+  REQUIRE(sleeperActor);
+  caf::scoped_actor self{client.system()};
+  self->monitor(*summer);
+  // A request nobody answers, pending through the idle time.
+  std::atomic<bool> failed{false};
+  auto holder = client.system().spawn([&failed, s = *sleeperActor](caf::event_based_actor* a) {
+    a->request(s, caf::infinite, hold_atom::value).then([](int32_t) {}, [&failed](caf::error&) { failed = true; });
+  });
+  std::this_thread::sleep_for(2s);  // > 3 timeouts of silence, were there no heartbeats
+  CHECK(!failed);
+  bool down = false;
+  self->receive([&](const caf::down_msg&) { down = true; }, caf::after(0ms) >> [] {});
+  CHECK(!down);
+  auto echoed = ask<std::string>(self, *summer, caf::make_message(std::string("awake")));
+  REQUIRE(echoed);
+  CHECK(client.node().peers().size() == 1);
+  caf::anon_send_exit(holder, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("kill -9 a node with requests in flight: all fail at once, monitors fire") {
+  Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
+                             std::chrono::seconds(60));
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  NodeOptions slow = TestNode::quick();
+  slow.heartbeatTimeout = 30s;  // so only the socket's end can tell
+  TestNode client(slow);
+  auto sleeperActor = client.node().remoteActor(url, "sleeper");
+  REQUIRE(sleeperActor);
+  caf::scoped_actor self{client.system()};
+  self->monitor(*sleeperActor);
+  constexpr int kRequests = 5;
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  std::vector<caf::actor> askers;
+  for (int i = 0; i < kRequests; ++i) {
+    askers.push_back(client.system().spawn([=, s = *sleeperActor](caf::event_based_actor* a) {
+      a->request(s, caf::infinite, hold_atom::value)
+          .then([](int32_t) {}, [=](caf::error& e) {
+            if (actorpipe::remote::isError(e, RemoteError::kNodeLost)) ++*lost;
+            ++*failures;
+          });
+    }));
+  }
+  std::this_thread::sleep_for(200ms);  // the requests are there
+  auto killed = std::chrono::steady_clock::now();
+  child.kill(SIGKILL);
+  bool down = false;
+  caf::error reason;
+  self->receive(
+      [&](caf::down_msg& msg) {
+        down = true;
+        reason = msg.reason;
+      },
+      caf::after(5s) >> [] {});
+  auto noticed = std::chrono::steady_clock::now() - killed;
+  CHECK(down);
+  CHECK(actorpipe::remote::isError(reason, RemoteError::kNodeLost));
+  CHECK(noticed < 1s);
+  for (int i = 0; i < 100 && *failures < kRequests; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(*failures == kRequests);
+  CHECK(*lost == kRequests);
+  MESSAGE("kill -9 noticed after " << std::chrono::duration_cast<std::chrono::microseconds>(noticed).count() << " us");
+  // A request to the dead node fails at once, not after its timeout.
+  auto start = std::chrono::steady_clock::now();
+  auto late = ask<int32_t>(self, *sleeperActor, caf::make_message(hold_atom::value), 30s);
+  CHECK(!late);
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  child.wait();
+}
+
+TEST_CASE("a frozen node (SIGSTOP) is declared lost within the heartbeat bound") {
+  Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
+                             std::chrono::seconds(60));
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  TestNode client;  // lost after 600 ms of silence
+  auto summer = client.node().remoteActor(url, "summer");
+  REQUIRE(summer);
+  caf::scoped_actor self{client.system()};
+  self->monitor(*summer);
+  auto stopped = std::chrono::steady_clock::now();
+  child.kill(SIGSTOP);
+  caf::error reason;
+  self->receive([&](caf::down_msg& msg) { reason = msg.reason; }, caf::after(10s) >> [] {});
+  auto noticed = std::chrono::steady_clock::now() - stopped;
+  CHECK(actorpipe::remote::isError(reason, RemoteError::kNodeLost));
+  CHECK(render(client.system(), reason).find("nothing heard") != std::string::npos);
+  CHECK(noticed >= 500ms);
+  CHECK(noticed < 3s);
+  MESSAGE("SIGSTOP noticed after " << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms (timeout 600 ms)");
+  child.kill(SIGKILL);
+  child.wait();
+}
+
+TEST_CASE("a node that leaves says so: monitors see kNodeLeft, not kNodeLost") {
+  Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
+                             std::chrono::seconds(60));
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  TestNode client;
+  auto summer = client.node().remoteActor(url, "summer");
+  auto leaver = client.node().remoteActor(url, "leaver");
+  REQUIRE(summer);
+  REQUIRE(leaver);
+  caf::scoped_actor self{client.system()};
+  self->monitor(*summer);
+  self->send(*leaver, leave_atom::value);
+  caf::error reason;
+  self->receive([&](caf::down_msg& msg) { reason = msg.reason; }, caf::after(10s) >> [] {});
+  CHECK(actorpipe::remote::isError(reason, RemoteError::kNodeLeft));
+  CHECK(child.wait() == 0);
+}
+
+TEST_CASE("a stranger without the secret gets nothing; a peer with it does") {
+  NodeOptions guarded = TestNode::quick();
+  guarded.secret = "the job's secret";
+  Child child = Child::spawn([guarded](Child& self) { return servingNode(self, guarded); },
+                             std::chrono::seconds(60));
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  {
+    NodeOptions wrong = TestNode::quick();
+    wrong.secret = "a guess";
+    TestNode stranger(wrong);
+    auto refused = stranger.node().remoteActor(url, "summer");
+    REQUIRE(!refused);
+    CHECK(actorpipe::remote::isError(refused.error(), RemoteError::kNodeLost));
+    TestNode none;  // no secret at all
+    CHECK(!none.node().remoteActor(url, "summer"));
+  }
+  NodeOptions right = TestNode::quick();
+  right.secret = guarded.secret;
+  TestNode friendly(right);
+  auto summer = friendly.node().remoteActor(url, "summer");
+  REQUIRE_MESSAGE(summer, render(friendly.system(), summer.error()));
+  caf::scoped_actor self{friendly.system()};
+  auto echoed = ask<std::string>(self, *summer, caf::make_message(std::string("ok")));
+  REQUIRE(echoed);
+  CHECK(*echoed == "echo:ok");
+  child.kill(SIGKILL);
+  child.wait();
+}

@@ -1,0 +1,120 @@
+#pragma once
+// Nodes for the remote-actor tests: an actor system with actorpipe's
+// message types, a Node on loopback, and the actors the tests publish.
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/all.hpp>
+
+#include <actorpipe/actors/remote/node.h>
+#include <actorpipe/actors/tensor.h>
+
+namespace remote_test {
+
+using namespace std::chrono_literals;
+using actorpipe::DType;
+using actorpipe::Tensor;
+using actorpipe::remote::Node;
+using actorpipe::remote::NodeOptions;
+using actorpipe::remote::RemoteError;
+
+using get_atom = caf::atom_constant<caf::atom("get")>;
+using hold_atom = caf::atom_constant<caf::atom("hold")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+
+class TestNode {
+ public:
+  explicit TestNode(NodeOptions options = quick()) {
+    actorpipe::remote::addMessageTypes(config_);
+    config_.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
+    config_.set("scheduler.max-threads", 2);
+    system_.emplace(config_);
+    node_.emplace(*system_, std::move(options));
+  }
+  ~TestNode() {
+    // A sleeper's promises hold the sleeper itself: it ends only when told.
+    for (auto& actor : owned_) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    node_.reset();
+  }
+  caf::actor own(caf::actor actor) {
+    owned_.push_back(actor);
+    return actor;
+  }
+  caf::actor_system& system() { return *system_; }
+  Node& node() { return *node_; }
+  void leave() { node_->leave(); }
+
+  // Short heartbeats, so the tests see losses quickly.
+  static NodeOptions quick() {
+    NodeOptions options;
+    options.listen = {"tcp://127.0.0.1:0", "shm://"};
+    options.heartbeatInterval = 100ms;
+    options.heartbeatTimeout = 600ms;
+    options.lookupTimeout = 5000ms;
+    return options;
+  }
+
+ private:
+  caf::actor_system_config config_;
+  std::optional<caf::actor_system> system_;
+  std::optional<Node> node_;
+  std::vector<caf::actor> owned_;
+};
+
+// Element sum of a host tensor of any dtype, as a double.
+inline double sumOf(const Tensor& t) {
+  double sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DType::kFloat32: sum += t.data<float>()[i]; break;
+      case DType::kFloat64: sum += t.data<double>()[i]; break;
+      case DType::kInt32: sum += t.data<int32_t>()[i]; break;
+      case DType::kInt64: sum += static_cast<double>(t.data<int64_t>()[i]); break;
+      case DType::kUint8: sum += t.data<uint8_t>()[i]; break;
+    }
+  }
+  return sum;
+}
+
+// The actors a serving node publishes:
+//  "summer":   Tensor -> (sum, the same tensor back); string -> "echo:" + string
+//  "collector": int32 appended; get -> every int so far, in arrival order
+//  "sleeper":  hold -> never answered (the promise is kept)
+inline caf::behavior summer(caf::event_based_actor*) {
+  return {
+      [](const Tensor& t) { return caf::make_message(sumOf(t), t); },
+      [](const std::string& s) { return "echo:" + s; },
+  };
+}
+
+inline caf::behavior collector(caf::stateful_actor<std::vector<int32_t>>* self) {
+  return {
+      [=](int32_t value) { self->state.push_back(value); },
+      [=](get_atom) { return self->state; },
+  };
+}
+
+inline caf::behavior sleeper(caf::stateful_actor<std::vector<caf::response_promise>>* self) {
+  return {
+      [=](hold_atom) {
+        self->state.push_back(self->make_response_promise());
+        return caf::delegated<int32_t>();
+      },
+  };
+}
+
+inline void publishAll(TestNode& node) {
+  auto& system = node.system();
+  node.node().publish(system.spawn(summer), "summer");
+  node.node().publish(system.spawn(collector), "collector");
+  node.node().publish(node.own(system.spawn(sleeper)), "sleeper");
+}
+
+} // namespace remote_test

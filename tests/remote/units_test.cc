@@ -1,0 +1,199 @@
+// The bytes two nodes exchange, decoded from hostile input: node frames and
+// CAF-encoded messages with their tensors (actors/remote/detail/).
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/system_messages.hpp>
+
+#include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/actors/remote/node.h>
+
+using namespace actorpipe;
+using namespace actorpipe::remote::detail;
+
+namespace {
+
+struct System {
+  System() {
+    remote::addMessageTypes(config);
+    config.set("scheduler.max-threads", 1);
+    system.emplace(config);
+  }
+  caf::actor_system_config config;
+  std::optional<caf::actor_system> system;
+};
+
+// A message header as CAF writes it (type names), then raw bytes.
+std::vector<char> handMade(caf::actor_system& system, const std::string& types,
+                           const std::string& rest) {
+  std::vector<char> bytes;
+  caf::binary_serializer sink(system, bytes);
+  uint16_t zero = 0;
+  std::string name = types;
+  REQUIRE(!sink.begin_object(zero, name));
+  bytes.insert(bytes.end(), rest.begin(), rest.end());
+  return bytes;
+}
+
+Error decode(caf::actor_system& system, const std::vector<char>& bytes,
+             std::vector<Tensor> tensors = {}) {
+  caf::message out;
+  return decodeMessage(system, bytes.data(), bytes.size(), std::move(tensors), out);
+}
+
+} // namespace
+
+TEST_CASE("frames round-trip and refuse what is not theirs") {
+  Frame message;
+  message.kind = Frame::Kind::kMessage;
+  message.source = 7;
+  message.aid = 9;
+  message.messageId = caf::make_message_id(caf::message_priority::normal).integer_value() | 5;
+  Frame back;
+  REQUIRE(!decodeFrame(encodeFrame(message), back));
+  CHECK(back.kind == Frame::Kind::kMessage);
+  CHECK(back.source == 7);
+  CHECK(back.aid == 9);
+  CHECK(back.messageId == message.messageId);
+
+  Frame found;
+  found.kind = Frame::Kind::kFound;
+  found.request = 3;
+  found.aid = 4;
+  found.interface = {"a", "b"};
+  REQUIRE(!decodeFrame(encodeFrame(found), back));
+  CHECK(back.interface == found.interface);
+
+  std::string bytes = encodeFrame(message);
+  SUBCASE("every truncation") {
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      CAPTURE(n);
+      CHECK(decodeFrame(bytes.substr(0, n), back));
+    }
+  }
+  SUBCASE("trailing bytes") { CHECK(decodeFrame(bytes + "x", back)); }
+  SUBCASE("another version") {
+    bytes[0] = 2;
+    CHECK(decodeFrame(bytes, back));
+  }
+  SUBCASE("unknown kind") {
+    bytes[1] = 99;
+    CHECK(decodeFrame(bytes, back));
+  }
+  SUBCASE("a stream message id") {
+    Frame stream = message;
+    stream.messageId = uint64_t{3} << caf::message_id::category_offset;
+    CHECK(decodeFrame(encodeFrame(stream), back).what().find("stream") != std::string::npos);
+  }
+  SUBCASE("a message to actor 0") {
+    Frame zero = message;
+    zero.aid = 0;
+    CHECK(decodeFrame(encodeFrame(zero), back));
+  }
+  SUBCASE("names: empty, spaces, control bytes, too long") {
+    for (std::string name : {std::string(), std::string("a b"), std::string("a\nb"),
+                             std::string(kMaxNameLength + 1, 'n')}) {
+      Frame lookup;
+      lookup.kind = Frame::Kind::kLookup;
+      lookup.name = name;
+      CHECK(decodeFrame(encodeFrame(lookup), back));
+    }
+  }
+  SUBCASE("an interface count the bytes cannot hold") {
+    std::string f = encodeFrame(found);
+    // version, kind, request (8), aid (8), then the count
+    f[18] = '\xff';
+    f[19] = '\xff';
+    CHECK(decodeFrame(f, back).what().find("implausible") != std::string::npos);
+  }
+}
+
+TEST_CASE("messages with tensors round-trip; each tensor is put back once") {
+  System s;
+  auto& system = *s.system;
+  Tensor a = Tensor::full<float>({2, 3}, 1.5f);
+  Tensor b = Tensor::full<int64_t>({4}, int64_t(-3));
+  caf::message m = caf::make_message(std::string("x"), a, int32_t(5), b, Tensor());
+  EncodedMessage encoded;
+  REQUIRE(!encodeMessage(system, m, encoded));
+  REQUIRE(encoded.tensors.size() == 2);
+  CHECK(encoded.tensors[0].sharesStorageWith(a));
+  CHECK(encoded.tensors[1].sharesStorageWith(b));
+  caf::message out;
+  REQUIRE(!decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), encoded.tensors, out));
+  REQUIRE(out.match_elements<std::string, Tensor, int32_t, Tensor, Tensor>());
+  CHECK(out.get_as<Tensor>(1).sharesStorageWith(a));
+  CHECK(out.get_as<Tensor>(3).sharesStorageWith(b));
+  CHECK(!out.get_as<Tensor>(4).defined());
+
+  SUBCASE("a tensor missing, one left over, one used twice") {
+    CHECK(decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), {a}, out));
+    CHECK(decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), {a, b, a}, out)
+              .what()
+              .find("unused") != std::string::npos);
+    caf::message twice = caf::make_message(a, a);
+    EncodedMessage e2;
+    REQUIRE(!encodeMessage(system, twice, e2));
+    // Rewrite the second index to point at the first tensor.
+    std::vector<char> bytes = e2.bytes;
+    REQUIRE(bytes.size() >= 4);
+    std::memset(bytes.data() + bytes.size() - 4, 0, 4);
+    CHECK(decodeMessage(system, bytes.data(), bytes.size(), e2.tensors, out));
+  }
+  SUBCASE("every truncation fails cleanly") {
+    for (size_t n = 0; n < encoded.bytes.size(); ++n) {
+      CAPTURE(n);
+      CHECK(decodeMessage(system, encoded.bytes.data(), n, encoded.tensors, out));
+    }
+  }
+}
+
+TEST_CASE("a count the bytes cannot hold is refused before anything is allocated") {
+  System s;
+  auto& system = *s.system;
+  // std::vector<char> (CAF's "@charbuf") announcing 2^32 - 1 bytes in none:
+  // CAF's own deserializer would resize the vector to 4 GiB first.
+  auto huge = handMade(system, "@<>+@charbuf", std::string("\xff\xff\xff\xff\x0f", 5));
+  Error e = decode(system, huge);
+  REQUIRE(e);
+  CHECK(e.what().find("sequence of 4294967295") != std::string::npos);
+  // A varint longer than five bytes (CAF shifts past 32 bits on it).
+  auto longVarint = handMade(system, "@<>+@str", std::string(12, '\x80') + "\x01");
+  CHECK(decode(system, longVarint).what().find("varint") != std::string::npos);
+  // A string longer than what remains.
+  auto shortString = handMade(system, "@<>+@str", std::string("\x10", 1) + "abc");
+  CHECK(decode(system, shortString));
+  // A type this system does not know.
+  auto unknown = handMade(system, "@<>+no_such_type", "");
+  CHECK(decode(system, unknown).what().find("undecodable") != std::string::npos);
+  // A tensor index past the tensors received.
+  auto index = handMade(system, "@<>+actorpipe::Tensor", std::string("\0\0\0\7", 4));
+  CHECK(decode(system, index));
+}
+
+TEST_CASE("system messages are neither sent to peers nor taken from them") {
+  System s;
+  auto& system = *s.system;
+  caf::message exit = caf::make_message(caf::exit_msg{nullptr, caf::exit_reason::kill});
+  CHECK(isSystemMessage(exit));
+  CHECK(!isSystemMessage(caf::make_message(std::string("exit"))));
+  EncodedMessage encoded;
+  REQUIRE(!encodeMessage(system, exit, encoded));
+  Error e = decode(system, encoded.bytes);
+  REQUIRE(e);
+  CHECK(e.what().find("system message") != std::string::npos);
+}
+
+TEST_CASE("a Tensor outside a remote message is not serialized") {
+  System s;
+  auto& system = *s.system;
+  std::vector<char> bytes;
+  caf::binary_serializer sink(system, bytes);
+  Tensor t = Tensor::zeros({1}, DType::kUint8);
+  CHECK(sink(t));  // an error: CAF's middleman cannot carry a Tensor
+}
