@@ -61,4 +61,6 @@ void Node::leave() { core_->leave(); }
 
 std::vector<std::string> Node::peers() const { return core_->peers(); }
 
+std::vector<LinkStats> Node::stats() const { return core_->stats(); }
+
 } // namespace actorpipe::remote

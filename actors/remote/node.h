@@ -33,7 +33,15 @@
 //
 // Not yet (docs/remote.md): actor handles inside messages (the sender's own
 // handle travels, others do not), links and exit propagation across nodes,
-// forwarding through a third node, bounded in-flight windows.
+// forwarding through a third node.
+//
+// Backpressure: at most `windowMessages` messages (and `windowBytes`) to
+// one peer node are in flight, counted from the send until the receiving
+// actor has handled the message (its mailbox element is gone). A sender
+// past the window waits in its send: a thread, or an actor's scheduler
+// thread (as with any bounded queue, two nodes flooding each other with
+// every scheduler thread held back can stall: size windows and threads for
+// it). Pipe callbacks never wait.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,7 +85,23 @@ struct NodeOptions {
   // Tensors of one message, and the bytes of one tensor.
   size_t maxTensors{4096};
   size_t maxTensorBytes{size_t{16} << 30};
+  // The window: messages (and their bytes, tensors included) sent to one
+  // peer node and not yet done with there (its actor has handled them). A
+  // sender past it is held back until the peer catches up; a message
+  // larger than the whole window goes alone.
+  size_t windowMessages{1024};
+  size_t windowBytes{size_t{256} << 20};
   DefaultBackends backends;
+};
+
+// One link to a peer node, as seen from this one.
+struct LinkStats {
+  std::string peer;
+  size_t inFlightMessages{0};
+  size_t inFlightBytes{0};
+  size_t maxInFlightMessages{0};  // the most ever, since the link began
+  size_t maxInFlightBytes{0};
+  size_t heldBack{0};  // sends that waited for the window
 };
 
 // Errors of this layer: caf::error in category "actorpipe" with these codes
@@ -143,6 +167,7 @@ class Node {
 
   // Peers linked now (their ids), for tools and tests.
   std::vector<std::string> peers() const;
+  std::vector<LinkStats> stats() const;
 
  private:
   Error publishActor(caf::strong_actor_ptr actor, std::set<std::string> interface,

@@ -341,3 +341,41 @@ TEST_CASE("a stranger without the secret gets nothing; a peer with it does") {
   child.kill(SIGKILL);
   child.wait();
 }
+
+TEST_CASE("a slow receiver holds its sender back: in flight stays within the window") {
+  TestNode server;
+  auto handled = std::make_shared<std::atomic<int>>(0);
+  auto lastSeen = std::make_shared<std::atomic<int32_t>>(-1);
+  auto outOfOrder = std::make_shared<std::atomic<bool>>(false);
+  auto slow = server.system().spawn([=](caf::event_based_actor*) -> caf::behavior {
+    return {[=](int32_t i, const Tensor& t) {
+      std::this_thread::sleep_for(2ms);  // slower than the sender
+      if (i != *lastSeen + 1 || t.nbytes() != (256u << 10)) *outOfOrder = true;
+      *lastSeen = i;
+      ++*handled;
+    }};
+  });
+  REQUIRE(!server.node().publish(slow, "slow"));
+  NodeOptions options = TestNode::quick();
+  options.windowMessages = 16;
+  options.windowBytes = 1u << 20;  // four of the 256 KiB messages
+  TestNode client(options);
+  auto remote = client.node().remoteActor(server.node().url("shm"), "slow");
+  REQUIRE(remote);
+  caf::scoped_actor self{client.system()};
+  constexpr int kMessages = 200;
+  for (int32_t i = 0; i < kMessages; ++i) {
+    self->send(*remote, i, Tensor::full<uint8_t>({256 << 10}, uint8_t(i)));
+  }
+  for (int i = 0; i < 1000 && *handled < kMessages; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(*handled == kMessages);
+  CHECK(!*outOfOrder);
+  auto stats = client.node().stats();
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].maxInFlightBytes <= options.windowBytes);
+  CHECK(stats[0].maxInFlightMessages <= 4);
+  CHECK(stats[0].heldBack > 0);
+  MESSAGE("most in flight: " << stats[0].maxInFlightMessages << " messages, "
+                             << stats[0].maxInFlightBytes << " bytes; held back "
+                             << stats[0].heldBack << " times");
+}

@@ -22,6 +22,8 @@ std::string encodeFrame(const Frame& f) {
     case Frame::Kind::kHello:
       w.str(f.identity);
       w.u32(f.pid);
+      w.u64(f.messages);
+      w.u64(f.bytes);
       break;
     case Frame::Kind::kLookup:
       w.u64(f.request);
@@ -43,6 +45,10 @@ std::string encodeFrame(const Frame& f) {
       w.u8(f.code);
       w.u64(f.category);
       w.str(f.reason);
+      break;
+    case Frame::Kind::kCredit:
+      w.u64(f.messages);
+      w.u64(f.bytes);
       break;
     case Frame::Kind::kBeat:
     case Frame::Kind::kBye:
@@ -67,6 +73,8 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       f.kind = Frame::Kind::kHello;
       f.identity = r.str("identity");
       f.pid = r.u32();
+      f.messages = r.u64();
+      f.bytes = r.u64();
       if (!r.failed() && !isPlainName(f.identity, kMaxIdentityLength)) r.fail("bad node identity");
       break;
     case uint8_t(Frame::Kind::kLookup):
@@ -115,6 +123,11 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       break;
     case uint8_t(Frame::Kind::kBye):
       f.kind = Frame::Kind::kBye;
+      break;
+    case uint8_t(Frame::Kind::kCredit):
+      f.kind = Frame::Kind::kCredit;
+      f.messages = r.u64();
+      f.bytes = r.u64();
       break;
     default:
       r.fail("unknown kind " + std::to_string(kind));

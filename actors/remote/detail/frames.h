@@ -1,7 +1,7 @@
 #pragma once
 // The frames two nodes exchange, each the metadata of one pipe message.
 //
-//   HELLO    identity, pid            first frame each way, once
+//   HELLO    identity, pid, window    first frame each way, once
 //   LOOKUP   request, name            which actor is published as `name`?
 //   FOUND    request, aid, interface  0 = nothing under that name
 //   MESSAGE  source aid, target aid, message id   + 1 payload (CAF bytes)
@@ -9,6 +9,8 @@
 //   DOWN     aid, reason              an actor the peer may hold is gone
 //   BEAT                              nothing else was sent for a while
 //   BYE                               the node leaves on purpose
+//   CREDIT   messages, bytes          that many of the peer's MESSAGEs are
+//                                     done with here (see Link, "window")
 //
 // A frame is a version byte, a kind byte and its fields (runtime/detail/
 // codec.h). Decoding is strict: known kind, printable bounded names, no
@@ -38,11 +40,16 @@ struct Frame {
     kDown = 5,
     kBeat = 6,
     kBye = 7,
+    kCredit = 8,
   };
   Kind kind{Kind::kBeat};
   // kHello
   std::string identity;
   uint32_t pid{0};
+  // kHello: the sender's window (its receiver credits a quarter at a time);
+  // kCredit: what is credited
+  uint64_t messages{0};
+  uint64_t bytes{0};
   // kLookup, kFound
   uint64_t request{0};
   std::string name;

@@ -7,6 +7,7 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/make_actor.hpp>
+#include <caf/message_builder.hpp>
 #include <caf/message_id.hpp>
 #include <caf/sec.hpp>
 
@@ -23,6 +24,45 @@ struct Outgoing {
 namespace {
 
 int64_t ticks(Link::Clock::time_point t) { return t.time_since_epoch().count(); }
+
+// Set while a pipe callback of a link runs: a loop thread, which must never
+// wait for the window (the credit it waits for arrives on a loop).
+thread_local bool tInPipeCallback = false;
+
+struct InPipeCallback {
+  InPipeCallback() { tInPipeCallback = true; }
+  ~InPipeCallback() { tInPipeCallback = false; }
+};
+
+// A peer's message in a local mailbox. Its end (the actor handled it, or
+// dropped it) is what credits the peer: the window counts messages until
+// they are done with, not until they are read off the pipe, so a slow
+// actor holds its senders back instead of growing its mailbox.
+class CountedElement final : public caf::mailbox_element {
+ public:
+  CountedElement(caf::strong_actor_ptr&& sender, caf::message_id mid, caf::message&& content,
+                 std::weak_ptr<Link> link, size_t bytes)
+      : caf::mailbox_element(std::move(sender), mid, {}),
+        content_(std::move(content)),
+        link_(std::move(link)),
+        bytes_(bytes) {
+    // content() hands out the tuple; an empty message has none (as CAF's
+    // own wrapper does).
+    if (content_.vals() == nullptr) content_ = caf::message_builder().to_message();
+  }
+  ~CountedElement() override {
+    if (auto link = link_.lock()) link->consumed(bytes_);
+  }
+  caf::type_erased_tuple& content() override { return content_; }
+  const caf::type_erased_tuple& content() const override { return content_.content(); }
+  caf::message move_content_to_message() override { return std::move(content_); }
+  caf::message copy_content_to_message() const override { return content_; }
+
+ private:
+  caf::message content_;
+  std::weak_ptr<Link> link_;
+  size_t bytes_;
+};
 
 // A peer's actor, as CAF's remote actors are: a proxy whose mailbox is the
 // link. It owns nothing of the link; when the link ends it is killed, which
@@ -100,6 +140,8 @@ void Link::start() {
   hello.kind = Frame::Kind::kHello;
   hello.identity = node->identity();
   hello.pid = static_cast<uint32_t>(::getpid());
+  hello.messages = options_.windowMessages;
+  hello.bytes = options_.windowBytes;
   write(hello);
   readNext();
 }
@@ -132,6 +174,7 @@ void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body) {
   lastWrite_ = ticks(Clock::now());
   auto self = shared_from_this();
   pipe_->write(std::move(message), [self, body, bye = frame.kind == Frame::Kind::kBye](const Error& error) {
+    InPipeCallback inCallback;
     if (bye) {
       self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
     } else if (error) {
@@ -169,12 +212,21 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
     source = sender->id();
     if (auto node = node_.lock()) node->exportActor(sender);
   }
+  size_t bytes = body->message.bytes.size();
+  for (const auto& tensor : body->message.tensors) bytes += tensor.nbytes();
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!problem) waitForWindow(lock, bytes);
     if (dead_) {
       problem = deathReason_;
-    } else if (!problem && mid.is_request() && source != 0) {
-      pending_[{source, mid.request_id().integer_value()}] = Pending{sender, targetProxy, mid};
+    } else if (!problem) {
+      window_.inFlightMessages += 1;
+      window_.inFlightBytes += bytes;
+      window_.maxInFlightMessages = std::max(window_.maxInFlightMessages, window_.inFlightMessages);
+      window_.maxInFlightBytes = std::max(window_.maxInFlightBytes, window_.inFlightBytes);
+      if (mid.is_request() && source != 0) {
+        pending_[{source, mid.request_id().integer_value()}] = Pending{sender, targetProxy, mid};
+      }
     }
   }
   if (problem) {
@@ -196,9 +248,53 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   write(frame, std::move(body));
 }
 
+void Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
+  auto full = [&] {
+    return window_.inFlightMessages > 0 &&
+           (window_.inFlightMessages + 1 > options_.windowMessages ||
+            window_.inFlightBytes + bytes > options_.windowBytes);
+  };
+  if (dead_ || !full() || tInPipeCallback) return;
+  window_.heldBack += 1;
+  changed_.wait(lock, [&] { return dead_ || !full(); });
+}
+
+void Link::consumed(size_t bytes) {
+  Frame credit;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_) return;
+    doneMessages_ += 1;
+    doneBytes_ += bytes;
+    // A quarter of the peer's window at a time: few CREDIT frames, and a
+    // sender held at its full window always gets one (it has a whole
+    // window here).
+    if (doneMessages_ < std::max<uint64_t>(1, peerWindowMessages_ / 4) &&
+        doneBytes_ < std::max<uint64_t>(1, peerWindowBytes_ / 4)) {
+      return;
+    }
+    ACTORPIPE_LOG(kTrace, "node link " << url_ << ": credit " << doneMessages_ << " messages, "
+                                       << doneBytes_ << " bytes");
+    credit.kind = Frame::Kind::kCredit;
+    credit.messages = doneMessages_;
+    credit.bytes = doneBytes_;
+    doneMessages_ = 0;
+    doneBytes_ = 0;
+  }
+  write(credit);
+}
+
+LinkStats Link::stats() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  LinkStats out = window_;
+  out.peer = peer_;
+  return out;
+}
+
 void Link::readNext() {
   auto self = shared_from_this();
   pipe_->readDescriptor([self](const Error& error, Descriptor descriptor) {
+    InPipeCallback inCallback;
     if (error) {
       self->fail(self->lostError(error.what()));
       return;
@@ -241,14 +337,17 @@ void Link::readNext() {
       }
     }
     auto held = std::make_shared<std::vector<Tensor>>(std::move(tensors));
-    self->pipe_->read(std::move(allocation), [self, frame = std::move(frame), payload,
-                                              held](const Error& error) mutable {
+    size_t bytes = payload ? payload->size() : 0;
+    for (const auto& entry : descriptor.tensors) bytes += entry.length;
+    self->pipe_->read(std::move(allocation), [self, frame = std::move(frame), payload, held,
+                                              bytes](const Error& error) mutable {
+      InPipeCallback inCallback;
       if (error) {
         self->fail(self->lostError(error.what()));
         return;
       }
       self->lastRead_ = ticks(Clock::now());
-      self->onFrame(std::move(frame), std::move(payload), std::move(*held));
+      self->onFrame(std::move(frame), std::move(payload), std::move(*held), bytes);
       if (!self->dead()) self->readNext();
     });
   });
@@ -260,7 +359,7 @@ void Link::failProtocol(const Error& error) {
 }
 
 void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
-                   std::vector<Tensor> tensors) {
+                   std::vector<Tensor> tensors, size_t bytes) {
   bool hello = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -280,6 +379,8 @@ void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
       std::lock_guard<std::mutex> guard(mutex_);
       peer_ = frame.identity;
       peerNode_ = nodeIdOf(frame.identity, frame.pid);
+      peerWindowMessages_ = frame.messages;
+      peerWindowBytes_ = frame.bytes;
       helloDone_ = true;
     }
     changed_.notify_all();
@@ -318,7 +419,7 @@ void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
         failProtocol(bad);
         return;
       }
-      onMessage(frame, std::move(content));
+      onMessage(frame, std::move(content), bytes);
       return;
     }
     case Frame::Kind::kDown: {
@@ -342,6 +443,18 @@ void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
       }
       return;
     }
+    case Frame::Kind::kCredit: {
+      ACTORPIPE_LOG(kTrace, "node link " << url_ << ": credited " << frame.messages << " messages, "
+                                         << frame.bytes << " bytes");
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        // More credit than was in flight is the peer's mistake: clamp.
+        window_.inFlightMessages -= std::min<uint64_t>(frame.messages, window_.inFlightMessages);
+        window_.inFlightBytes -= std::min<uint64_t>(frame.bytes, window_.inFlightBytes);
+      }
+      changed_.notify_all();
+      return;
+    }
     case Frame::Kind::kBeat:
       return;
     case Frame::Kind::kBye:
@@ -351,29 +464,37 @@ void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
   }
 }
 
-void Link::onMessage(const Frame& frame, caf::message content) {
+void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
+  ACTORPIPE_LOG(kTrace, "node link " << url_ << ": message " << frame.source << " -> " << frame.aid
+                                     << ", " << bytes << " bytes");
   caf::message_id mid(frame.messageId);
   if (mid.is_response()) {
     // Only an answer to a request this link carried, delivered with the id
     // its asker waits for: a peer cannot answer what it was not asked.
     Pending waiting;
     {
-      std::lock_guard<std::mutex> guard(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
       auto it = pending_.find({frame.aid, mid.request_id().integer_value()});
-      if (it == pending_.end()) return;
+      if (it == pending_.end()) {
+        lock.unlock();
+        consumed(bytes);
+        return;
+      }
       waiting = std::move(it->second);
       pending_.erase(it);
     }
-    waiting.sender->enqueue(caf::make_mailbox_element(std::move(waiting.target),
-                                                      waiting.mid.response_id(), {},
-                                                      std::move(content)),
-                            nullptr);
+    waiting.sender->enqueue(
+        caf::mailbox_element_ptr(new CountedElement(std::move(waiting.target),
+                                                    waiting.mid.response_id(), std::move(content),
+                                                    weak_from_this(), bytes)),
+        nullptr);
     return;
   }
   auto node = node_.lock();
   caf::strong_actor_ptr target = node ? node->exported(frame.aid) : nullptr;
   caf::strong_actor_ptr sender = frame.source != 0 ? proxyFor(frame.source) : nullptr;
   if (!target) {
+    consumed(bytes);
     if (mid.is_request() && frame.source != 0) {
       Frame answer;
       answer.kind = Frame::Kind::kMessage;
@@ -391,7 +512,9 @@ void Link::onMessage(const Frame& frame, caf::message content) {
     }
     return;
   }
-  target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)),
+  target->enqueue(caf::mailbox_element_ptr(new CountedElement(std::move(sender), mid,
+                                                              std::move(content),
+                                                              weak_from_this(), bytes)),
                   nullptr);
 }
 

@@ -125,6 +125,17 @@ std::vector<std::string> NodeCore::peers() {
   return out;
 }
 
+std::vector<LinkStats> NodeCore::stats() {
+  std::vector<std::shared_ptr<Link>> links;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    links.assign(links_.begin(), links_.end());
+  }
+  std::vector<LinkStats> out;
+  for (auto& link : links) out.push_back(link->stats());
+  return out;
+}
+
 Error NodeCore::publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
                         const std::string& name) {
   if (!actor) return ACTORPIPE_ERROR(LogicError, "publish: an invalid actor handle");

@@ -66,6 +66,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   std::shared_ptr<Link> linkTo(const std::string& url);
   void linkClosed(const std::shared_ptr<Link>& link);
   std::vector<std::string> peers();
+  std::vector<LinkStats> stats();
 
  private:
   void acceptNext();
@@ -125,12 +126,19 @@ class Link : public std::enable_shared_from_this<Link> {
   void fail(const caf::error& reason);
 
   void forgetProxy(caf::actor_id aid, const caf::actor_control_block* proxy);
+  // A MESSAGE of the peer's, `bytes` long, is done with here (handled by
+  // its actor, or dropped): credit the peer once enough add up.
+  void consumed(size_t bytes);
+  LinkStats stats();
 
  private:
   void readNext();
   void onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
-               std::vector<Tensor> tensors);
-  void onMessage(const Frame& frame, caf::message content);
+               std::vector<Tensor> tensors, size_t bytes);
+  void onMessage(const Frame& frame, caf::message content, size_t bytes);
+  // Until the window has room for `bytes` more (or the link ends); returns
+  // at once on a loop thread.
+  void waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);
   void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void failProtocol(const Error& error);
@@ -168,6 +176,13 @@ class Link : public std::enable_shared_from_this<Link> {
   };
   std::map<uint64_t, std::shared_ptr<Lookup>> lookups_;
   uint64_t nextLookup_{1};
+  // The window, both ways: what we sent and the peer has not credited, and
+  // what the peer sent and we are done with but have not credited yet.
+  LinkStats window_;
+  uint64_t doneMessages_{0};
+  uint64_t doneBytes_{0};
+  uint64_t peerWindowMessages_{0};  // from its HELLO
+  uint64_t peerWindowBytes_{0};
 };
 
 } // namespace actorpipe::remote::detail
