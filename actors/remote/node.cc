@@ -21,6 +21,11 @@ void addMessageTypes(caf::actor_system_config& config) {
   config.add_message_type<std::vector<Tensor>>("std::vector<actorpipe::Tensor>");
 }
 
+void configure(caf::actor_system_config& config) {
+  addMessageTypes(config);
+  config.set("scheduler.policy", caf::atom("sharing"));
+}
+
 Node::Node(caf::actor_system& system, NodeOptions options)
     : system_(system), core_(std::make_shared<detail::NodeCore>(system, std::move(options))) {
   core_->start();

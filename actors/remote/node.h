@@ -8,7 +8,7 @@
 // down_msg):
 //
 //   caf::actor_system_config cfg;
-//   actorpipe::remote::addMessageTypes(cfg);   // Tensor, and your own types
+//   actorpipe::remote::configure(cfg);  // Tensor; add your own types too
 //   caf::actor_system system{cfg};
 //   actorpipe::remote::Node node(system, options);
 //   node.publish(summer, "summer");                     // one process
@@ -120,6 +120,11 @@ bool isError(const caf::error& error, RemoteError code);
 // Registers what remote messages of actorpipe carry (Tensor); call on the
 // config before the actor system is made, on every node.
 void addMessageTypes(caf::actor_system_config& config);
+// addMessageTypes, and CAF's work-sharing scheduler: its idle workers block
+// until work comes, where work stealing's poll and then sleep in steps (a
+// remote request/reply measured 35 us against 234 us on the same machine,
+// docs/benchmarks.md, "Remote actors"). What a node's system should have.
+void configure(caf::actor_system_config& config);
 
 class Node {
  public:

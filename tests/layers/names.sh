@@ -10,7 +10,8 @@
 # `to_string`, `inspect`, `behavior_type`, `*_atom`; callback types end in
 # `_fn` / `_callback_fn` as TensorPipe's do; members that stand in for the
 # standard library's (`value_type`, `push_back`, `emplace_back`, `try_lock`,
-# `wait_until`) keep its spelling.
+# `wait_until`) keep its spelling; so does an `override` of a CAF virtual
+# (a deserializer's `begin_sequence`, a proxy's `kill_proxy`).
 #   tests/layers/names.sh [ROOT]      checks the tree at ROOT (default: here)
 #   tests/layers/names.sh --self-test shows that a wrong name is caught
 set -euo pipefail
@@ -31,6 +32,7 @@ struct Fine {
   bool tryWrite(int x) const { return buffer_.empty() && x.fetch_sub(1); }
   using write_callback_fn = int;
   const char* to_string(int);
+  caf::error begin_sequence(size_t& n) override;
   enum class Mode { kFast, kSlow };
 };
 EOF
@@ -63,6 +65,8 @@ report() {  # FILE:LINE: text, name
 # start of a statement; calls come after ".", "->", "::", "return" or "(".
 while IFS= read -r hit; do
   line=${hit#*:*:}
+  # An override is named by its base class.
+  grep -qP "\)\s*(const\s*)?(noexcept\s*)?override\b" <<<"$line" && continue
   name=$(grep -oP "(?<=[\w>&*\s])$snake(?=\s*\()" <<<"$line" | head -1)
   [[ -n $name ]] && report "$hit" "$name"
 done < <(grep -nP "^\s*(template\s*<[^>]*>\s*)?((static|inline|constexpr|virtual|explicit|friend|const|unsigned)\s+)*(?!return\b|else\b|new\b|delete\b|throw\b|case\b|co_\w+\b)[A-Za-z_][\w:<>,]*(\s*<[^;()]*>)?[\s*&]+$snake\s*\(" $files | grep -v "^[^:]*:[0-9]*:\s*//")

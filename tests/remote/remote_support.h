@@ -32,7 +32,7 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 class TestNode {
  public:
   explicit TestNode(NodeOptions options = quick()) {
-    actorpipe::remote::addMessageTypes(config_);
+    actorpipe::remote::configure(config_);
     config_.add_message_type<std::vector<int32_t>>("std::vector<int32_t>");
     config_.set("scheduler.max-threads", 2);
     system_.emplace(config_);

@@ -1,0 +1,359 @@
+// actorpipe-remote-bench: actors on two nodes (two processes on this host),
+// side by side in one run with what they are built on and with CAF 0.17's
+// own remote actors (its middleman), alternating case by case and pinned
+// (client CPU 0, server CPU 1). Figures and commands: docs/benchmarks.md,
+// "Remote actors".
+//
+//   request/reply, 8 bytes     remote actor (tcp, shm) vs the raw pipe round
+//                              trip on the same transport vs CAF's middleman
+//   one-way small messages     remote actor over shm vs CAF's middleman
+//   64 MiB tensor, echoed      remote actor over shm vs the raw pipe
+//
+// Each round trip is started by the previous reply's handler in an actor
+// (no blocking caller in between), as the pipe's ping-pong starts each one
+// from the previous callback.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include <actorpipe/actors/backends.h>
+#include <actorpipe/actors/remote/node.h>
+#include <actorpipe/actors/tensor.h>
+
+#include "../pingpong.h"
+
+using namespace actorpipe;
+using Clock = std::chrono::steady_clock;
+using count_atom = caf::atom_constant<caf::atom("count")>;
+
+namespace {
+
+struct Options {
+  int rounds{3};
+  int iterations{2000};
+  int messages{200000};
+  int tensorIterations{20};
+  bool json{false};
+  // CAF's scheduler in every actor system here, the middleman's too:
+  // "sharing" (remote::configure's; idle workers block) or "stealing"
+  // (CAF's default; idle workers poll, then sleep in steps).
+  std::string scheduler{"sharing"};
+};
+
+Options gOptions;
+
+void configure(caf::actor_system_config& cfg) {
+  if (gOptions.scheduler == "sharing") cfg.set("scheduler.policy", caf::atom("sharing"));
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The actor every serving process publishes: echoes an int64 or a tensor,
+// counts int32s.
+caf::behavior echo(caf::stateful_actor<int64_t>* self) {
+  return {
+      [](int64_t x) { return x; },
+      [](const Tensor& t) { return t; },
+      [=](int32_t) { ++self->state; },
+      [=](count_atom) { return self->state; },
+  };
+}
+
+// A child process; `body` writes what the parent needs on `fd` as one line.
+struct Child {
+  pid_t pid{-1};
+  std::string line;
+};
+
+Child forkChild(const std::function<void(int fd)>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) std::abort();
+  std::fflush(stdout);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    bench::pinToCpu(1);
+    body(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  Child child;
+  child.pid = pid;
+  char c;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') child.line += c;
+  ::close(fds[0]);
+  return child;
+}
+
+void stop(Child& child) {
+  ::kill(child.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(child.pid, &status, 0);
+}
+
+void say(int fd, const std::string& line) {
+  std::string out = line + "\n";
+  if (::write(fd, out.data(), out.size()) < 0) std::abort();
+}
+
+// With shm the nodes' pipe goes over shm (negotiated up from tcp too); without,
+// over tcp.
+remote::NodeOptions nodeOptions(bool shm) {
+  remote::NodeOptions options;
+  options.listen = {"tcp://127.0.0.1:0"};
+  if (shm) options.listen.push_back("shm://");
+  options.backends.shm = shm;
+  return options;
+}
+
+Child serveNode(bool shm) {
+  return forkChild([shm](int fd) {
+    caf::actor_system_config cfg;
+    configure(cfg);
+    remote::addMessageTypes(cfg);
+    caf::actor_system system{cfg};
+    remote::Node node(system, nodeOptions(shm));
+    node.publish(system.spawn(echo), "echo");
+    say(fd, node.url(shm ? "shm" : "tcp"));
+    ::pause();
+  });
+}
+
+Child serveMiddleman() {
+  return forkChild([](int fd) {
+    caf::actor_system_config cfg;
+    configure(cfg);
+    cfg.load<caf::io::middleman>();
+    caf::actor_system system{cfg};
+    auto port = system.middleman().publish(system.spawn(echo), 0, "127.0.0.1");
+    say(fd, port ? std::to_string(*port) : "0");
+    ::pause();
+  });
+}
+
+// Round trips of `message` to `target`, each started by the previous reply.
+template <class Reply>
+std::vector<double> pingPong(caf::actor_system& system, caf::actor target, caf::message message,
+                             int warmup, int iterations) {
+  auto done = std::make_shared<std::promise<std::vector<double>>>();
+  auto future = done->get_future();
+  system.spawn([=](caf::event_based_actor* self) {
+    auto samples = std::make_shared<std::vector<double>>();
+    samples->reserve(iterations);
+    auto next = std::make_shared<std::function<void(int)>>();
+    *next = [=](int left) {
+      auto start = Clock::now();
+      self->request(target, caf::infinite, message)
+          .then(
+              [=](const Reply&) {
+                if (left <= iterations) {
+                  samples->push_back(
+                      std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+                }
+                if (left > 1) {
+                  (*next)(left - 1);
+                } else {
+                  done->set_value(*samples);
+                  *next = nullptr;  // the closure held itself
+                }
+              },
+              [=](caf::error&) {
+                done->set_value({});
+                *next = nullptr;
+              });
+    };
+    (*next)(warmup + iterations);
+  });
+  return future.get();
+}
+
+// `count` int32 messages, then a request that returns once they are all in.
+double oneWay(caf::actor_system& system, caf::actor target, int count) {
+  caf::scoped_actor self{system};
+  int64_t before = 0;
+  self->request(target, caf::infinite, count_atom::value).receive([&](int64_t n) { before = n; },
+                                                                  [](caf::error&) {});
+  auto start = Clock::now();
+  for (int32_t i = 0; i < count; ++i) self->send(target, i);
+  int64_t after = 0;
+  self->request(target, caf::infinite, count_atom::value).receive([&](int64_t n) { after = n; },
+                                                                  [](caf::error&) {});
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (after - before != count) return 0;
+  return count / seconds;
+}
+
+// The default backends, with or without shm (as the nodes have them).
+std::shared_ptr<Context> pipeContext(bool shm) {
+  auto context = std::make_shared<Context>();
+  DefaultBackends which;
+  which.shm = shm;
+  registerDefaultBackends(*context, which);
+  return context;
+}
+
+double pipeRoundTrip(bool shm, const bench::Shape& shape, int iterations,
+                     double* gbps = nullptr) {
+  auto server = bench::forkEchoServer(shm ? "shm://" : "tcp://127.0.0.1:0", 1, 1,
+                                      [shm] { return pipeContext(shm); });
+  auto context = pipeContext(shm);
+  auto pipe = context->connect(server.url);
+  auto stats = bench::measure(*pipe, shape, iterations / 10 + 1, iterations);
+  if (gbps) *gbps = stats.gigabytesPerSecond;
+  pipe->close();
+  context->join();
+  bench::waitServer(server);
+  return stats.p50;
+}
+
+struct Row {
+  std::string name;
+  std::vector<double> values;
+  std::string unit;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
+    if (a == "--rounds") o.rounds = next();
+    else if (a == "--iterations") o.iterations = next();
+    else if (a == "--messages") o.messages = next();
+    else if (a == "--tensor-iterations") o.tensorIterations = next();
+    else if (a == "--json") o.json = true;
+    else if (a == "--scheduler" && i + 1 < argc) o.scheduler = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: actorpipe-remote-bench [--rounds R] [--iterations N] [--messages M]\n"
+                   "                              [--tensor-iterations T] [--json]\n"
+                   "                              [--scheduler stealing|sharing]\n");
+      return 2;
+    }
+  }
+  gOptions = o;
+  bench::pinToCpu(0);
+  std::map<std::string, Row> rows;
+  auto add = [&](const std::string& name, double value, const std::string& unit) {
+    auto& row = rows[name];
+    row.name = name;
+    row.unit = unit;
+    row.values.push_back(value);
+  };
+  const size_t kBig = size_t{64} << 20;
+  for (int round = 0; round < o.rounds; ++round) {
+    // Raw pipes: the floor the remote actors are measured against.
+    bench::Shape small;
+    add("pipe round trip, 8 B, tcp", pipeRoundTrip(false, small, o.iterations), "us");
+    add("pipe round trip, 8 B, shm", pipeRoundTrip(true, small, o.iterations), "us");
+    bench::Shape big;
+    big.tensors = 1;
+    big.tensorSize = kBig;
+    double pipeGbps = 0;
+    pipeRoundTrip(true, big, o.tensorIterations, &pipeGbps);
+    add("pipe 64 MiB tensor echo, shm + cma", pipeGbps, "GB/s");
+
+    for (bool shm : {false, true}) {
+      std::string name = shm ? "shm" : "tcp";
+      Child server = serveNode(shm);
+      std::string url = server.line;
+      caf::actor_system_config cfg;
+      configure(cfg);
+      remote::addMessageTypes(cfg);
+      caf::actor_system system{cfg};
+      {
+        remote::Node node(system, nodeOptions(shm));
+        {
+          auto target = node.remoteActor(url, "echo");
+          if (!target) {
+            std::fprintf(stderr, "remote actor over %s: %s\n", name.c_str(),
+                         system.render(target.error()).c_str());
+            return 1;
+          }
+          auto samples = pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
+                                           o.iterations / 10, o.iterations);
+          add("remote actor request/reply, 8 B, " + name, median(samples), "us");
+          if (name == "shm") {
+            add("remote actor one-way, int32, shm", oneWay(system, *target, o.messages) / 1e6,
+                "M msgs/s");
+            Tensor t = Tensor::zeros({int64_t(kBig)}, DType::kUint8);
+            auto big = pingPong<Tensor>(system, *target, caf::make_message(t), 2,
+                                        o.tensorIterations);
+            double us = median(big);
+            add("remote actor 64 MiB tensor echo, shm", us > 0 ? kBig / (us / 2) / 1e3 : 0,
+                "GB/s");
+          }
+        }
+      }
+      stop(server);
+    }
+    {
+      Child server = serveMiddleman();
+      caf::actor_system_config cfg;
+      configure(cfg);
+      cfg.load<caf::io::middleman>();
+      caf::actor_system system{cfg};
+      auto target = system.middleman().remote_actor("127.0.0.1", static_cast<uint16_t>(std::stoi(server.line)));
+      if (!target) {
+        std::fprintf(stderr, "CAF middleman: %s\n", system.render(target.error()).c_str());
+        return 1;
+      }
+      auto samples = pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
+                                       o.iterations / 10, o.iterations);
+      add("CAF middleman request/reply, 8 B, tcp", median(samples), "us");
+      add("CAF middleman one-way, int32, tcp", oneWay(system, *target, o.messages) / 1e6,
+          "M msgs/s");
+      stop(server);
+    }
+  }
+  auto med = [&](const std::string& name) { return median(rows[name].values); };
+  if (o.json) std::printf("{\n");
+  bool first = true;
+  for (auto& [name, row] : rows) {
+    if (o.json) {
+      std::printf("%s  \"%s\": {\"median\": %.3f, \"unit\": \"%s\"}", first ? "" : ",\n",
+                  name.c_str(), median(row.values), row.unit.c_str());
+    } else {
+      std::printf("%-52s %10.2f %-9s (", name.c_str(), median(row.values), row.unit.c_str());
+      for (size_t i = 0; i < row.values.size(); ++i) std::printf("%s%.2f", i ? " " : "", row.values[i]);
+      std::printf(")\n");
+    }
+    first = false;
+  }
+  if (o.json) {
+    std::printf("\n}\n");
+    return 0;
+  }
+  std::printf("\nratios (medians of %d rounds)\n", o.rounds);
+  std::printf("  remote request/reply tcp / pipe round trip tcp:   %.2f\n",
+              med("remote actor request/reply, 8 B, tcp") / med("pipe round trip, 8 B, tcp"));
+  std::printf("  remote request/reply shm / pipe round trip shm:   %.2f\n",
+              med("remote actor request/reply, 8 B, shm") / med("pipe round trip, 8 B, shm"));
+  std::printf("  CAF middleman / remote request/reply tcp:         %.1f x slower\n",
+              med("CAF middleman request/reply, 8 B, tcp") / med("remote actor request/reply, 8 B, tcp"));
+  std::printf("  remote one-way shm / CAF middleman one-way:       %.1f x\n",
+              med("remote actor one-way, int32, shm") / med("CAF middleman one-way, int32, tcp"));
+  std::printf("  remote 64 MiB echo / pipe 64 MiB echo:            %.2f\n",
+              med("remote actor 64 MiB tensor echo, shm") /
+                  med("pipe 64 MiB tensor echo, shm + cma"));
+  return 0;
+}

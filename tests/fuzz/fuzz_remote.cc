@@ -1,0 +1,62 @@
+// What a peer node sends (actors/remote/detail/): node frames, and the
+// CAF-encoded part of a message with its tensors. The first byte chooses:
+// even, a frame (whatever decodes must encode back to the same bytes); odd,
+// a message with (byte / 2) % 4 tensors received beside it.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
+
+using namespace actorpipe;
+using namespace actorpipe::remote::detail;
+
+namespace {
+
+caf::actor_system& system() {
+  static caf::actor_system_config* config = [] {
+    auto* c = new caf::actor_system_config;
+    c->add_message_type<Tensor>("actorpipe::Tensor");
+    c->add_message_type<std::vector<Tensor>>("std::vector<actorpipe::Tensor>");
+    c->set("scheduler.max-threads", 1);
+    return c;
+  }();
+  static caf::actor_system* s = new caf::actor_system(*config);
+  return *s;
+}
+
+void frame(const std::string& bytes) {
+  Frame f;
+  if (decodeFrame(bytes, f)) return;
+  if (f.name.size() > kMaxNameLength || f.identity.size() > kMaxIdentityLength ||
+      f.reason.size() > kMaxReasonLength || f.interface.size() > kMaxInterfaceEntries) {
+    std::abort();
+  }
+  if (encodeFrame(f) != bytes) std::abort();
+}
+
+void message(const std::string& bytes, size_t tensors) {
+  std::vector<Tensor> received;
+  for (size_t i = 0; i < tensors; ++i) received.push_back(Tensor::zeros({int64_t(i + 1)}, DType::kUint8));
+  caf::message out;
+  if (decodeMessage(system(), bytes.data(), bytes.size(), received, out)) return;
+  if (isSystemMessage(out)) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] % 2 == 0) {
+    frame(bytes);
+  } else {
+    message(bytes, (data[0] / 2) % 4);
+  }
+  return 0;
+}
