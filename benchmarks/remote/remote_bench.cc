@@ -265,6 +265,10 @@ int main(int argc, char** argv) {
     bench::Shape small;
     add("pipe round trip, 8 B, tcp", pipeRoundTrip(false, small, o.iterations), "us");
     add("pipe round trip, 8 B, shm", pipeRoundTrip(true, small, o.iterations), "us");
+    bench::Shape smallTensor;
+    smallTensor.tensors = 1;
+    smallTensor.tensorSize = 32;
+    add("pipe round trip, 32 B tensor, shm + cma", pipeRoundTrip(true, smallTensor, o.iterations), "us");
     bench::Shape big;
     big.tensors = 1;
     big.tensorSize = kBig;
@@ -293,6 +297,10 @@ int main(int argc, char** argv) {
                                            o.iterations / 10, o.iterations);
           add("remote actor request/reply, 8 B, " + name, median(samples), "us");
           if (name == "shm") {
+            auto tiny = pingPong<Tensor>(system, *target,
+                                         caf::make_message(Tensor::zeros({32}, DType::kUint8)),
+                                         o.iterations / 10, o.iterations);
+            add("remote actor request/reply, 32 B tensor, shm", median(tiny), "us");
             add("remote actor one-way, int32, shm", oneWay(system, *target, o.messages) / 1e6,
                 "M msgs/s");
             Tensor t = Tensor::zeros({int64_t(kBig)}, DType::kUint8);

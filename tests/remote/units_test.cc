@@ -9,6 +9,7 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/system_messages.hpp>
 
+#include <actorpipe/actors/remote/detail/buffer_pool.h>
 #include <actorpipe/actors/remote/detail/frames.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/actors/remote/node.h>
@@ -196,4 +197,38 @@ TEST_CASE("a Tensor outside a remote message is not serialized") {
   caf::binary_serializer sink(system, bytes);
   Tensor t = Tensor::zeros({1}, DType::kUint8);
   CHECK(sink(t));  // an error: CAF's middleman cannot carry a Tensor
+}
+
+TEST_CASE("the buffer pool hands a large block out again, keeps at most its capacity") {
+  auto pool = std::make_shared<BufferPool>(5u << 20, 1u << 20);
+  void* first = nullptr;
+  {
+    auto storage = pool->take(2u << 20);
+    first = storage->data();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+    CHECK(pool->cachedBytes() == 0);
+  }
+  CHECK(pool->cachedBytes() == (2u << 20));
+  {
+    auto again = pool->take(2u << 20);
+    CHECK(again->data() == first);  // no new mapping, no page faults
+    CHECK(pool->cachedBytes() == 0);
+    auto other = pool->take(3u << 20);  // another size: a fresh block
+    CHECK(other->data() != first);
+  }
+  CHECK(pool->cachedBytes() == (5u << 20));
+  {
+    auto a = pool->take(4u << 20);
+    auto b = pool->take(4u << 20);
+  }
+  CHECK(pool->cachedBytes() <= (5u << 20));  // what would go over is freed
+  {
+    auto small = pool->take(100);
+    CHECK(small->nbytes() == 100);
+  }
+  CHECK(pool->cachedBytes() <= (5u << 20));
+  // A tensor may outlive its pool: its block is then freed (ASan watches).
+  auto survivor = pool->take(2u << 20);
+  pool.reset();
+  survivor.reset();
 }

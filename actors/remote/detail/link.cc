@@ -130,6 +130,7 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       options_(node->options()),
       pipe_(std::move(pipe)),
       url_(std::move(url)),
+      pool_(node->pool()),
       lastRead_(ticks(Clock::now())),
       lastWrite_(ticks(Clock::now())) {}
 
@@ -330,6 +331,7 @@ void Link::readNext() {
       tensors.resize(descriptor.tensors.size());
       for (size_t i = 0; i < descriptor.tensors.size(); ++i) {
         allocation.tensors.emplace_back();
+        self->poolTensor(descriptor.tensors[i], tensors[i]);
         if (Error bad = receiveTensor(descriptor.tensors[i], tensors[i], allocation.tensors.back())) {
           self->failProtocol(bad);
           return;
@@ -351,6 +353,15 @@ void Link::readNext() {
       if (!self->dead()) self->readNext();
     });
   });
+}
+
+void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
+  DType dtype;
+  Shape shape;
+  // A bad entry is left to receiveTensor to refuse.
+  if (parsePipeTensor(entry, dtype, shape) || !pool_) return;
+  if (entry.targetDevice ? !entry.targetDevice->isCpu() : !entry.sourceDevice.isCpu()) return;
+  out = Tensor::fromStorage(pool_->take(entry.length), std::move(shape), dtype);
 }
 
 void Link::failProtocol(const Error& error) {

@@ -29,6 +29,7 @@
 #include <caf/mailbox_element.hpp>
 #include <caf/node_id.hpp>
 
+#include <actorpipe/actors/remote/detail/buffer_pool.h>
 #include <actorpipe/actors/remote/detail/frames.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/actors/tensor.h>
@@ -50,6 +51,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   const NodeOptions& options() const { return options_; }
   const std::string& identity() const { return identity_; }
   std::string url(const std::string& transport) const;
+  const std::shared_ptr<BufferPool>& pool() const { return pool_; }
 
   Error publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
                 const std::string& name);
@@ -76,6 +78,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   caf::actor_system& system_;
   const NodeOptions options_;
   const std::string identity_;
+  const std::shared_ptr<BufferPool> pool_;
   std::shared_ptr<Context> context_;
   std::shared_ptr<Listener> listener_;
 
@@ -142,6 +145,9 @@ class Link : public std::enable_shared_from_this<Link> {
   void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void failProtocol(const Error& error);
+  // Makes `out` a host tensor for `entry` from the node's pool (large ones;
+  // receiveTensor then reads into it in place).
+  void poolTensor(const Descriptor::Tensor& entry, Tensor& out);
   caf::error lostError(const std::string& cause);
 
   std::weak_ptr<NodeCore> node_;
@@ -149,6 +155,7 @@ class Link : public std::enable_shared_from_this<Link> {
   const NodeOptions options_;
   std::shared_ptr<Pipe> pipe_;
   const std::string url_;
+  const std::shared_ptr<BufferPool> pool_;
 
   std::atomic<int64_t> lastRead_;
   std::atomic<int64_t> lastWrite_;
