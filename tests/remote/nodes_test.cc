@@ -11,6 +11,9 @@
 #include "../support/harness.h"
 #include "remote_support.h"
 
+#include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
+
 using namespace remote_test;
 using testing::Child;
 
@@ -380,4 +383,76 @@ TEST_CASE("a slow receiver holds its sender back: in flight stays within the win
   MESSAGE("most in flight: " << stats[0].maxInFlightMessages << " messages, "
                              << stats[0].maxInFlightBytes << " bytes; held back "
                              << stats[0].heldBack << " times");
+}
+
+TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox") {
+  using namespace actorpipe::remote::detail;
+  NodeOptions small = TestNode::quick();
+  small.windowMessages = 4;
+  TestNode victim(small);
+  auto handled = std::make_shared<std::atomic<int>>(0);
+  auto stuck = victim.system().spawn([handled](caf::event_based_actor*) -> caf::behavior {
+    return {[handled](int32_t) {
+      ++*handled;
+      std::this_thread::sleep_for(50ms);  // nothing here is done with quickly
+    }};
+  });
+  REQUIRE(!victim.node().publish(stuck, "stuck"));
+
+  // The attacker speaks the frames itself: HELLO, LOOKUP, then MESSAGEs
+  // without waiting for any CREDIT.
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  auto frameMessage = [](const Frame& f) {
+    actorpipe::Message m;
+    m.metadata = encodeFrame(f);
+    return m;
+  };
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = "attacker";
+  hello.pid = 1;
+  hello.messages = 1u << 30;  // "my window is huge"
+  hello.bytes = uint64_t{1} << 40;
+  REQUIRE(!testing::writeSync(*pipe, frameMessage(hello)));
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.request = 1;
+  lookup.name = "stuck";
+  REQUIRE(!testing::writeSync(*pipe, frameMessage(lookup)));
+  uint64_t target = 0;
+  for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
+    auto got = testing::readSync(*pipe);
+    REQUIRE(!got.error);
+    Frame f;
+    REQUIRE(!decodeFrame(got.descriptor.metadata, f));
+    if (f.kind == Frame::Kind::kFound) target = f.aid;
+  }
+  REQUIRE(target != 0);
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, caf::make_message(int32_t(1)), body));
+  Frame message;
+  message.kind = Frame::Kind::kMessage;
+  message.aid = target;
+  message.messageId = caf::make_message_id().integer_value();
+  actorpipe::Error failed;
+  for (int i = 0; i < 200 && !failed; ++i) {
+    actorpipe::Message m = frameMessage(message);
+    m.payloads.push_back({body.bytes.data(), body.bytes.size(), ""});
+    failed = testing::writeSync(*pipe, std::move(m), 5s);
+  }
+  // The victim closed the link: reads end, and the actor got no more than
+  // the window allows (twice over, plus a few).
+  actorpipe::Error readError;
+  for (int i = 0; i < 100 && !readError; ++i) readError = testing::readSync(*pipe, 5s).error;
+  CHECK(readError);
+  for (int i = 0; i < 100 && victim.node().peers().size() > 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(victim.node().peers().empty());
+  CHECK(*handled <= 2 * 4 + 16 + 1);
+  MESSAGE("the actor saw " << handled->load() << " of the 200 messages before the link was cut");
+  pipe->close();
+  context->join();
 }

@@ -252,26 +252,56 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
 void Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
   auto full = [&] {
     return window_.inFlightMessages > 0 &&
-           (window_.inFlightMessages + 1 > options_.windowMessages ||
-            window_.inFlightBytes + bytes > options_.windowBytes);
+           (window_.inFlightMessages + 1 > windowMessages() ||
+            window_.inFlightBytes + bytes > windowBytes());
   };
   if (dead_ || !full() || tInPipeCallback) return;
   window_.heldBack += 1;
   changed_.wait(lock, [&] { return dead_ || !full(); });
 }
 
+uint64_t Link::windowMessages() const {
+  return peerWindowMessages_ == 0 ? options_.windowMessages
+                                  : std::min<uint64_t>(options_.windowMessages, peerWindowMessages_);
+}
+
+uint64_t Link::windowBytes() const {
+  return peerWindowBytes_ == 0 ? options_.windowBytes
+                               : std::min<uint64_t>(options_.windowBytes, peerWindowBytes_);
+}
+
+Error Link::hold(size_t bytes) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  heldMessages_ += 1;
+  heldBytes_ += bytes;
+  // What we hold is at most what the peer has in flight, which its window
+  // bounds (a message bigger than the window goes alone); twice that, for
+  // the few answers a loop sends past the window (an error reply to a
+  // message for an actor that is gone), is a peer that ignores it.
+  if (heldMessages_ > 2 * windowMessages() + 16 ||
+      (heldMessages_ > 1 && heldBytes_ > 2 * windowBytes())) {
+    return ACTORPIPE_ERROR(ProtocolError, "the peer sends past the window: " +
+                                              std::to_string(heldMessages_) + " messages, " +
+                                              std::to_string(heldBytes_) +
+                                              " bytes not yet handled here");
+  }
+  return Error();
+}
+
 void Link::consumed(size_t bytes) {
   Frame credit;
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    heldMessages_ -= std::min<uint64_t>(1, heldMessages_);
+    heldBytes_ -= std::min<uint64_t>(bytes, heldBytes_);
     if (dead_) return;
     doneMessages_ += 1;
     doneBytes_ += bytes;
-    // A quarter of the peer's window at a time: few CREDIT frames, and a
-    // sender held at its full window always gets one (it has a whole
-    // window here).
-    if (doneMessages_ < std::max<uint64_t>(1, peerWindowMessages_ / 4) &&
-        doneBytes_ < std::max<uint64_t>(1, peerWindowBytes_ / 4)) {
+    // A quarter of the window at a time: few CREDIT frames, and a sender
+    // held at the full window always gets one (it has a whole window
+    // here).
+    if (doneMessages_ < std::max<uint64_t>(1, windowMessages() / 4) &&
+        doneBytes_ < std::max<uint64_t>(1, windowBytes() / 4)) {
       return;
     }
     ACTORPIPE_LOG(kTrace, "node link " << url_ << ": credit " << doneMessages_ << " messages, "
@@ -324,6 +354,12 @@ void Link::readNext() {
       if (length > self->options_.maxMessageBytes || descriptor.tensors.size() > self->options_.maxTensors) {
         self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message",
                                            length, self->options_.maxMessageBytes));
+        return;
+      }
+      size_t announced = length;
+      for (const auto& entry : descriptor.tensors) announced += entry.length;
+      if (Error over = self->hold(announced)) {
+        self->failProtocol(over);
         return;
       }
       payload = std::make_shared<std::vector<char>>(length);

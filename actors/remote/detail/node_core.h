@@ -142,6 +142,13 @@ class Link : public std::enable_shared_from_this<Link> {
   // Until the window has room for `bytes` more (or the link ends); returns
   // at once on a loop thread.
   void waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);
+  // The window both ends keep: the smaller of the two (each says its own in
+  // HELLO); under mutex_.
+  uint64_t windowMessages() const;
+  uint64_t windowBytes() const;
+  // A peer's MESSAGE of `bytes` is read: refused if the peer is past the
+  // window (it ignores CREDIT), before anything is allocated for it.
+  Error hold(size_t bytes);
   void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void failProtocol(const Error& error);
@@ -190,6 +197,8 @@ class Link : public std::enable_shared_from_this<Link> {
   uint64_t doneBytes_{0};
   uint64_t peerWindowMessages_{0};  // from its HELLO
   uint64_t peerWindowBytes_{0};
+  uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
+  uint64_t heldBytes_{0};
 };
 
 } // namespace actorpipe::remote::detail
