@@ -1,7 +1,8 @@
-// What a peer node sends (actors/remote/detail/): node frames, and the
-// CAF-encoded part of a message with its tensors. The first byte chooses:
-// even, a frame (whatever decodes must encode back to the same bytes); odd,
-// a message with (byte / 2) % 4 tensors received beside it.
+// What a peer node sends (actors/remote/detail/): node frames, batches of
+// them (a pipe message's metadata), and the CAF-encoded part of a message
+// with its tensors. The first byte chooses, by its remainder mod 3: 0, a
+// frame (whatever decodes must encode back to the same bytes); 1, a message
+// with (byte / 3) % 4 tensors received beside it; 2, a batch (likewise).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -40,6 +41,18 @@ void frame(const std::string& bytes) {
   if (encodeFrame(f) != bytes) std::abort();
 }
 
+void batch(const std::string& bytes) {
+  std::vector<BatchEntry> entries;
+  if (decodeBatch(bytes, entries)) return;
+  if (entries.empty() || entries.size() > kMaxBatchFrames) std::abort();
+  std::vector<std::pair<std::string, uint32_t>> frames;
+  for (const auto& e : entries) {
+    if (e.frame.kind != Frame::Kind::kMessage && e.tensors != 0) std::abort();
+    frames.emplace_back(encodeFrame(e.frame), e.tensors);
+  }
+  if (encodeBatch(frames) != bytes) std::abort();
+}
+
 void message(const std::string& bytes, size_t tensors) {
   std::vector<Tensor> received;
   for (size_t i = 0; i < tensors; ++i) received.push_back(Tensor::zeros({int64_t(i + 1)}, DType::kUint8));
@@ -53,10 +66,10 @@ void message(const std::string& bytes, size_t tensors) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 0) {
-    frame(bytes);
-  } else {
-    message(bytes, (data[0] / 2) % 4);
+  switch (data[0] % 3) {
+    case 0: frame(bytes); break;
+    case 1: message(bytes, (data[0] / 3) % 4); break;
+    default: batch(bytes); break;
   }
   return 0;
 }

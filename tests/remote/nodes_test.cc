@@ -406,9 +406,9 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   caf::actor_system system{cfg};
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
-  auto frameMessage = [](const Frame& f) {
+  auto frameMessage = [](const Frame& f) {  // a batch of one frame
     actorpipe::Message m;
-    m.metadata = encodeFrame(f);
+    m.metadata = encodeBatch({{encodeFrame(f), 0}});
     return m;
   };
   Frame hello;
@@ -427,9 +427,11 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
     auto got = testing::readSync(*pipe);
     REQUIRE(!got.error);
-    Frame f;
-    REQUIRE(!decodeFrame(got.descriptor.metadata, f));
-    if (f.kind == Frame::Kind::kFound) target = f.aid;
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      if (entry.frame.kind == Frame::Kind::kFound) target = entry.frame.aid;
+    }
   }
   REQUIRE(target != 0);
   EncodedMessage body;

@@ -232,3 +232,32 @@ TEST_CASE("the buffer pool hands a large block out again, keeps at most its capa
   pool.reset();
   survivor.reset();
 }
+
+TEST_CASE("batches of frames: counts, tensors only on messages, every truncation") {
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = "a/b";
+  Frame message;
+  message.kind = Frame::Kind::kMessage;
+  message.aid = 3;
+  message.messageId = caf::make_message_id().integer_value();
+  std::string bytes = encodeBatch({{encodeFrame(hello), 0}, {encodeFrame(message), 2}});
+  std::vector<BatchEntry> entries;
+  REQUIRE(!decodeBatch(bytes, entries));
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].frame.kind == Frame::Kind::kHello);
+  CHECK(entries[1].frame.aid == 3);
+  CHECK(entries[1].tensors == 2);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    CAPTURE(n);
+    CHECK(decodeBatch(bytes.substr(0, n), entries));
+  }
+  CHECK(decodeBatch(bytes + "x", entries));
+  CHECK(decodeBatch(encodeBatch({}), entries).what().find("empty") != std::string::npos);
+  CHECK(decodeBatch(encodeBatch({{encodeFrame(hello), 1}}), entries).what().find("not a MESSAGE") !=
+        std::string::npos);
+  std::string huge = bytes;
+  huge[0] = '\xff';
+  huge[1] = '\xff';
+  CHECK(decodeBatch(huge, entries).what().find("implausible") != std::string::npos);
+}

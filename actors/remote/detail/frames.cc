@@ -135,4 +135,37 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
   return r.finish("node");
 }
 
+std::string encodeBatch(const std::vector<std::pair<std::string, uint32_t>>& frames) {
+  size_t size = 4;
+  for (const auto& f : frames) size += 8 + f.first.size();
+  wire::Writer w(0, size);
+  w.u32(static_cast<uint32_t>(frames.size()));
+  for (const auto& f : frames) {
+    w.str(f.first);
+    w.u32(f.second);
+  }
+  return w.take();
+}
+
+Error decodeBatch(const std::string& bytes, std::vector<BatchEntry>& entries) {
+  entries.clear();
+  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  // Each frame takes at least its length, a version and a kind, and its
+  // tensor count.
+  uint32_t n = r.count(10, kMaxBatchFrames, "batch");
+  if (!r.failed() && n == 0) r.fail("empty batch");
+  for (uint32_t i = 0; i < n && !r.failed(); ++i) {
+    std::string frame = r.str("frame");
+    uint32_t tensors = r.u32();
+    if (r.failed()) break;
+    entries.emplace_back();
+    if (Error bad = decodeFrame(frame, entries.back().frame)) return bad;
+    if (entries.back().frame.kind != Frame::Kind::kMessage && tensors != 0) {
+      r.fail("tensors on a frame that is not a MESSAGE");
+    }
+    entries.back().tensors = tensors;
+  }
+  return r.finish("node batch");
+}
+
 } // namespace actorpipe::remote::detail

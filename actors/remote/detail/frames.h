@@ -13,7 +13,11 @@
 //                                     done with here (see Link, "window")
 //
 // A frame is a version byte, a kind byte and its fields (runtime/detail/
-// codec.h). Decoding is strict: known kind, printable bounded names, no
+// codec.h). A pipe message carries a batch of frames in its metadata: a
+// count, then each frame with the number of the message's tensors it owns;
+// each MESSAGE frame owns the next payload, in order. A sender writes
+// whatever queued up while its previous pipe write was in flight as one
+// batch, so a busy link pays the pipe's per-message cost once per batch. Decoding is strict: known kind, printable bounded names, no
 // trailing bytes, message ids of the two one-to-one categories only (CAF's
 // stream categories are not for peers to inject).
 #include <cstdint>
@@ -30,6 +34,7 @@ constexpr size_t kMaxIdentityLength = 255;
 constexpr size_t kMaxReasonLength = 4096;
 constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
+constexpr size_t kMaxBatchFrames = 1024;
 
 struct Frame {
   enum class Kind : uint8_t {
@@ -67,6 +72,15 @@ struct Frame {
 
 std::string encodeFrame(const Frame& frame);
 Error decodeFrame(const std::string& bytes, Frame& frame);
+
+struct BatchEntry {
+  Frame frame;
+  uint32_t tensors{0};  // a MESSAGE's; 0 for every other kind
+};
+// `frames`: encoded frames and their tensor counts.
+std::string encodeBatch(const std::vector<std::pair<std::string, uint32_t>>& frames);
+// 1..kMaxBatchFrames frames, each decoded strictly; tensors only on MESSAGEs.
+Error decodeBatch(const std::string& bytes, std::vector<BatchEntry>& entries);
 
 // Printable ASCII without spaces, 1..limit bytes.
 bool isPlainName(const std::string& text, size_t limit);

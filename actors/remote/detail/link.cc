@@ -165,22 +165,75 @@ caf::error Link::lostError(const std::string& cause) {
 }
 
 void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body) {
-  Message message;
-  message.metadata = encodeFrame(frame);
-  if (body) {
-    auto& bytes = body->message.bytes;
-    message.payloads.push_back(Message::Payload{bytes.data(), bytes.size(), std::string()});
-    for (const auto& tensor : body->message.tensors) message.tensors.push_back(pipeTensor(tensor));
-  }
   lastWrite_ = ticks(Clock::now());
+  std::vector<Queued> batch;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    queue_.push_back(Queued{encodeFrame(frame), std::move(body), frame.kind == Frame::Kind::kBye});
+    // One pipe write at a time: what queues behind it goes in the next.
+    if (writing_) return;
+    writing_ = true;
+    batch = takeBatch();
+  }
+  writeBatch(std::move(batch));
+}
+
+std::vector<Link::Queued> Link::takeBatch() {
+  // At most kMaxBatchFrames frames and 1024 payloads and tensors (a
+  // message with more tensors goes alone), so any peer's limits take it.
+  constexpr size_t kMaxPipeEntries = 1024;
+  std::vector<Queued> batch;
+  size_t entries = 0;
+  while (!queue_.empty() && batch.size() < kMaxBatchFrames) {
+    const Queued& next = queue_.front();
+    size_t more = next.body ? 1 + next.body->message.tensors.size() : 0;
+    if (!batch.empty() && entries + more > kMaxPipeEntries) break;
+    entries += more;
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return batch;
+}
+
+void Link::writeBatch(std::vector<Queued> batch) {
+  Message message;
+  std::vector<std::pair<std::string, uint32_t>> frames;
+  frames.reserve(batch.size());
+  bool bye = false;
+  for (auto& queued : batch) {
+    uint32_t tensors = 0;
+    if (queued.body) {
+      auto& bytes = queued.body->message.bytes;
+      message.payloads.push_back(Message::Payload{bytes.data(), bytes.size(), std::string()});
+      for (const auto& tensor : queued.body->message.tensors) message.tensors.push_back(pipeTensor(tensor));
+      tensors = static_cast<uint32_t>(queued.body->message.tensors.size());
+    }
+    frames.emplace_back(std::move(queued.frame), tensors);
+    bye = bye || queued.bye;
+  }
+  message.metadata = encodeBatch(frames);
+  auto held = std::make_shared<std::vector<Queued>>(std::move(batch));  // bytes alive until written
   auto self = shared_from_this();
-  pipe_->write(std::move(message), [self, body, bye = frame.kind == Frame::Kind::kBye](const Error& error) {
+  pipe_->write(std::move(message), [self, held, bye](const Error& error) {
     InPipeCallback inCallback;
     if (bye) {
       self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
-    } else if (error) {
-      self->fail(self->lostError(error.what()));
+      return;
     }
+    if (error) {
+      self->fail(self->lostError(error.what()));
+      return;
+    }
+    std::vector<Queued> next;
+    {
+      std::lock_guard<std::mutex> guard(self->mutex_);
+      if (self->queue_.empty() || self->dead_) {
+        self->writing_ = false;
+        return;
+      }
+      next = self->takeBatch();
+    }
+    self->writeBatch(std::move(next));
   });
 }
 
@@ -331,61 +384,69 @@ void Link::readNext() {
       return;
     }
     self->lastRead_ = ticks(Clock::now());
-    Frame frame;
-    if (Error bad = decodeFrame(descriptor.metadata, frame)) {
+    auto entries = std::make_shared<std::vector<BatchEntry>>();
+    if (Error bad = decodeBatch(descriptor.metadata, *entries)) {
       self->failProtocol(bad);
       return;
     }
-    bool isMessage = frame.kind == Frame::Kind::kMessage;
-    if (descriptor.payloads.size() != (isMessage ? 1u : 0u) ||
-        (!isMessage && !descriptor.tensors.empty())) {
-      self->failProtocol(ACTORPIPE_ERROR(ProtocolError, "node frame with " +
-                                                           std::to_string(descriptor.payloads.size()) +
-                                                           " payloads and " +
-                                                           std::to_string(descriptor.tensors.size()) +
-                                                           " tensors"));
+    // Each MESSAGE owns the next payload and its count of the tensors.
+    size_t messages = 0, tensorCount = 0;
+    for (const auto& entry : *entries) {
+      if (entry.frame.kind == Frame::Kind::kMessage) ++messages;
+      tensorCount += entry.tensors;
+    }
+    if (descriptor.payloads.size() != messages || descriptor.tensors.size() != tensorCount) {
+      self->failProtocol(ACTORPIPE_ERROR(
+          ProtocolError, "a node batch of " + std::to_string(messages) + " messages and " +
+                             std::to_string(tensorCount) + " tensors came with " +
+                             std::to_string(descriptor.payloads.size()) + " payloads and " +
+                             std::to_string(descriptor.tensors.size()) + " tensors"));
       return;
     }
     Allocation allocation;
-    std::shared_ptr<std::vector<char>> payload;
-    std::vector<Tensor> tensors;
-    if (isMessage) {
-      size_t length = descriptor.payloads[0].length;
-      if (length > self->options_.maxMessageBytes || descriptor.tensors.size() > self->options_.maxTensors) {
-        self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message",
-                                           length, self->options_.maxMessageBytes));
+    auto incoming = std::make_shared<std::vector<Incoming>>(entries->size());
+    size_t payload = 0, tensor = 0;
+    for (size_t i = 0; i < entries->size(); ++i) {
+      const BatchEntry& entry = (*entries)[i];
+      if (entry.frame.kind != Frame::Kind::kMessage) continue;
+      Incoming& in = (*incoming)[i];
+      size_t length = descriptor.payloads[payload].length;
+      if (length > self->options_.maxMessageBytes || entry.tensors > self->options_.maxTensors) {
+        self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message", length,
+                                           self->options_.maxMessageBytes));
         return;
       }
-      size_t announced = length;
-      for (const auto& entry : descriptor.tensors) announced += entry.length;
-      if (Error over = self->hold(announced)) {
+      in.bytes = length;
+      for (uint32_t t = 0; t < entry.tensors; ++t) in.bytes += descriptor.tensors[tensor + t].length;
+      if (Error over = self->hold(in.bytes)) {
         self->failProtocol(over);
         return;
       }
-      payload = std::make_shared<std::vector<char>>(length);
-      allocation.payloads.push_back(Allocation::Payload{payload->data()});
-      tensors.resize(descriptor.tensors.size());
-      for (size_t i = 0; i < descriptor.tensors.size(); ++i) {
+      in.payload.resize(length);
+      allocation.payloads.push_back(Allocation::Payload{in.payload.data()});
+      in.tensors.resize(entry.tensors);
+      for (uint32_t t = 0; t < entry.tensors; ++t, ++tensor) {
         allocation.tensors.emplace_back();
-        self->poolTensor(descriptor.tensors[i], tensors[i]);
-        if (Error bad = receiveTensor(descriptor.tensors[i], tensors[i], allocation.tensors.back())) {
+        self->poolTensor(descriptor.tensors[tensor], in.tensors[t]);
+        if (Error bad = receiveTensor(descriptor.tensors[tensor], in.tensors[t],
+                                      allocation.tensors.back())) {
           self->failProtocol(bad);
           return;
         }
       }
+      ++payload;
     }
-    auto held = std::make_shared<std::vector<Tensor>>(std::move(tensors));
-    size_t bytes = payload ? payload->size() : 0;
-    for (const auto& entry : descriptor.tensors) bytes += entry.length;
-    self->pipe_->read(std::move(allocation), [self, frame = std::move(frame), payload, held,
-                                              bytes](const Error& error) mutable {
+    self->pipe_->read(std::move(allocation), [self, entries, incoming](const Error& error) {
       InPipeCallback inCallback;
       if (error) {
         self->fail(self->lostError(error.what()));
         return;
       }
       self->lastRead_ = ticks(Clock::now());
-      self->onFrame(std::move(frame), std::move(payload), std::move(*held), bytes);
+      for (size_t i = 0; i < entries->size() && !self->dead(); ++i) {
+        Incoming& in = (*incoming)[i];
+        self->onFrame(std::move((*entries)[i].frame), in.payload, std::move(in.tensors), in.bytes);
+      }
       if (!self->dead()) self->readNext();
     });
   });
@@ -405,8 +466,8 @@ void Link::failProtocol(const Error& error) {
   fail(lostError(error.what()));
 }
 
-void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
-                   std::vector<Tensor> tensors, size_t bytes) {
+void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Tensor> tensors,
+                   size_t bytes) {
   bool hello = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -462,7 +523,7 @@ void Link::onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
     }
     case Frame::Kind::kMessage: {
       caf::message content;
-      if (Error bad = decodeMessage(system_, payload->data(), payload->size(), std::move(tensors), content)) {
+      if (Error bad = decodeMessage(system_, payload.data(), payload.size(), std::move(tensors), content)) {
         failProtocol(bad);
         return;
       }

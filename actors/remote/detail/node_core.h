@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -136,8 +137,23 @@ class Link : public std::enable_shared_from_this<Link> {
 
  private:
   void readNext();
-  void onFrame(Frame frame, std::shared_ptr<std::vector<char>> payload,
-               std::vector<Tensor> tensors, size_t bytes);
+  // A MESSAGE's payload and tensors as read, and its bytes in all.
+  struct Incoming {
+    std::vector<char> payload;
+    std::vector<Tensor> tensors;
+    size_t bytes{0};
+  };
+  // A frame waiting for the pipe write in flight to finish.
+  struct Queued {
+    std::string frame;
+    std::shared_ptr<struct Outgoing> body;
+    bool bye{false};
+  };
+  void onFrame(Frame frame, const std::vector<char>& payload, std::vector<Tensor> tensors,
+               size_t bytes);
+  // Under mutex_: the frames that go in the next pipe write.
+  std::vector<Queued> takeBatch();
+  void writeBatch(std::vector<Queued> batch);
   void onMessage(const Frame& frame, caf::message content, size_t bytes);
   // Until the window has room for `bytes` more (or the link ends); returns
   // at once on a loop thread.
@@ -199,6 +215,8 @@ class Link : public std::enable_shared_from_this<Link> {
   uint64_t peerWindowBytes_{0};
   uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
   uint64_t heldBytes_{0};
+  std::deque<Queued> queue_;
+  bool writing_{false};  // a pipe write is in flight
 };
 
 } // namespace actorpipe::remote::detail
