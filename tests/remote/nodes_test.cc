@@ -458,3 +458,39 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   pipe->close();
   context->join();
 }
+
+TEST_CASE("a large message on a slow link is not taken for a frozen peer") {
+  // tcp and the basic channel only (in one process xth would copy in one
+  // go), a 100 ms heartbeat bound, and a 256 MiB tensor that takes longer
+  // than that to cross: nothing else can arrive on the pipe meanwhile.
+  NodeOptions options = TestNode::quick();
+  options.listen = {"tcp://127.0.0.1:0"};
+  options.backends.shm = false;
+  options.backends.cma = false;
+  options.backends.xth = false;
+  options.heartbeatInterval = 20ms;
+  options.heartbeatTimeout = 100ms;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Instrumented, two threads busy on 2 CPUs can each stall past 100 ms
+  // before the transfer starts; the transfer itself still takes longer.
+  options.heartbeatInterval = 100ms;
+  options.heartbeatTimeout = 500ms;
+#endif
+  TestNode server(options);
+  auto sizer = server.system().spawn([]() -> caf::behavior {
+    return {[](const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }};
+  });
+  REQUIRE(!server.node().publish(sizer, "sizer"));
+  TestNode client(options);
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "sizer");
+  REQUIRE(remote);
+  caf::scoped_actor self{client.system()};
+  auto start = std::chrono::steady_clock::now();
+  auto size = ask<int64_t>(self, *remote, caf::make_message(Tensor::zeros({256 << 20}, DType::kUint8)), 60s);
+  REQUIRE_MESSAGE(size, render(client.system(), size.error()));
+  CHECK(*size == (256 << 20));
+  MESSAGE("256 MiB over tcp + basic in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()
+          << " ms with a " << options.heartbeatTimeout.count() << " ms heartbeat bound");
+  CHECK(client.node().peers().size() == 1);
+}

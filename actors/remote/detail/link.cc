@@ -212,10 +212,18 @@ void Link::writeBatch(std::vector<Queued> batch) {
     bye = bye || queued.bye;
   }
   message.metadata = encodeBatch(frames);
+  size_t writing = 0;
+  for (const auto& queued : batch) {
+    if (!queued.body) continue;
+    writing += queued.body->message.bytes.size();
+    for (const auto& tensor : queued.body->message.tensors) writing += tensor.nbytes();
+  }
+  writingBytes_ = writing;
   auto held = std::make_shared<std::vector<Queued>>(std::move(batch));  // bytes alive until written
   auto self = shared_from_this();
   pipe_->write(std::move(message), [self, held, bye](const Error& error) {
     InPipeCallback inCallback;
+    self->writingBytes_ = 0;
     if (bye) {
       self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
       return;
@@ -403,6 +411,12 @@ void Link::readNext() {
                              std::to_string(descriptor.tensors.size()) + " tensors"));
       return;
     }
+    // From here until the read completes, the bound allows for the bytes
+    // (allocating a large message's memory is part of reading it).
+    size_t announced = 0;
+    for (const auto& p : descriptor.payloads) announced += p.length;
+    for (const auto& t : descriptor.tensors) announced += t.length;
+    self->readingBytes_ = announced;
     Allocation allocation;
     auto incoming = std::make_shared<std::vector<Incoming>>(entries->size());
     size_t payload = 0, tensor = 0;
@@ -438,6 +452,7 @@ void Link::readNext() {
     }
     self->pipe_->read(std::move(allocation), [self, entries, incoming](const Error& error) {
       InPipeCallback inCallback;
+      self->readingBytes_ = 0;
       if (error) {
         self->fail(self->lostError(error.what()));
         return;
@@ -701,7 +716,11 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   if (dead()) return;
   auto sinceRead = now - Clock::time_point(Clock::duration(lastRead_.load()));
   auto sinceWrite = now - Clock::time_point(Clock::duration(lastWrite_.load()));
-  if (sinceRead >= timeout) {
+  // Nothing else arrives while a message's bytes do (they share the pipe),
+  // and a loop busy writing a large one reads late: a large message on a
+  // slow link gets the time it needs at 10 MB/s (a 100 Mbit/s link), on top.
+  auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + writingBytes_.load()) / 10000);
+  if (sinceRead >= allowed) {
     fail(lostError("nothing heard for " +
                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(sinceRead).count()) +
                    " ms (frozen, or the network between is cut)"));

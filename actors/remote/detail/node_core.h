@@ -182,6 +182,8 @@ class Link : public std::enable_shared_from_this<Link> {
 
   std::atomic<int64_t> lastRead_;
   std::atomic<int64_t> lastWrite_;
+  std::atomic<size_t> readingBytes_{0};  // of the pipe read in progress
+  std::atomic<size_t> writingBytes_{0};  // of the pipe write in flight
 
   std::mutex mutex_;
   std::condition_variable changed_;
