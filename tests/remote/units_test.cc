@@ -261,3 +261,14 @@ TEST_CASE("batches of frames: counts, tensors only on messages, every truncation
   huge[1] = '\xff';
   CHECK(decodeBatch(huge, entries).what().find("implausible") != std::string::npos);
 }
+
+TEST_CASE("input that makes CAF throw is a protocol error, not the end of the process") {
+  System s;
+  auto& system = *s.system;
+  // Found by fuzzing: a config_value whose variant index is out of range
+  // makes CAF 0.17's inspect throw std::runtime_error("invalid type found").
+  auto bytes = handMade(system, "@<>+@config_value", std::string("\x23\0\0\0\x01\0\0", 7));
+  Error e = decode(system, bytes);
+  REQUIRE(e);
+  CHECK(e.what().find("CAF threw") != std::string::npos);
+}

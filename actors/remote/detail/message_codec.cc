@@ -200,8 +200,17 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
   out.tensors.clear();
   caf::binary_serializer sink(system, out.bytes);
   tOutgoing = &out.tensors;
-  caf::error err = message.save(sink);
+  caf::error err;
+  std::string thrown;
+  try {
+    err = message.save(sink);
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  }
   tOutgoing = nullptr;
+  if (!thrown.empty()) {
+    return ACTORPIPE_ERROR(LogicError, "cannot send this message to a remote actor: CAF threw " + thrown);
+  }
   if (err) {
     return ACTORPIPE_ERROR(LogicError, "cannot send this message to a remote actor (" +
                                            describe(system, err) +
@@ -218,9 +227,23 @@ Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
   tIncoming = &tensors;
   tIncomingUsed = &used;
   caf::message result;
-  caf::error err = result.load(source);
+  caf::error err;
+  // CAF throws on some malformed input (a variant's type index out of range,
+  // in config_value's inspect; found by fuzzing): a peer's bytes must never
+  // end the process.
+  std::string thrown;
+  try {
+    err = result.load(source);
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  } catch (...) {
+    thrown = "an exception";
+  }
   tIncoming = nullptr;
   tIncomingUsed = nullptr;
+  if (!thrown.empty()) {
+    return ACTORPIPE_ERROR(ProtocolError, "undecodable actor message: CAF threw " + thrown);
+  }
   if (err) {
     return ACTORPIPE_ERROR(ProtocolError, "undecodable actor message: " + describe(system, err));
   }
