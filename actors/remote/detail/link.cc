@@ -5,6 +5,8 @@
 #include <openssl/sha.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <caf/actor_cast.hpp>
 #include <caf/make_actor.hpp>
 #include <caf/message_builder.hpp>
@@ -223,6 +225,7 @@ void Link::writeBatch(std::vector<Queued> batch) {
   auto self = shared_from_this();
   pipe_->write(std::move(message), [self, held, bye](const Error& error) {
     InPipeCallback inCallback;
+    self->unheardBytes_ = std::max(self->unheardBytes_.load(), self->writingBytes_.load());
     self->writingBytes_ = 0;
     if (bye) {
       self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
@@ -392,6 +395,7 @@ void Link::readNext() {
       return;
     }
     self->lastRead_ = ticks(Clock::now());
+    self->unheardBytes_ = 0;
     auto entries = std::make_shared<std::vector<BatchEntry>>();
     if (Error bad = decodeBatch(descriptor.metadata, *entries)) {
       self->failProtocol(bad);
@@ -717,9 +721,12 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   auto sinceRead = now - Clock::time_point(Clock::duration(lastRead_.load()));
   auto sinceWrite = now - Clock::time_point(Clock::duration(lastWrite_.load()));
   // Nothing else arrives while a message's bytes do (they share the pipe),
-  // and a loop busy writing a large one reads late: a large message on a
-  // slow link gets the time it needs at 10 MB/s (a 100 Mbit/s link), on top.
-  auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + writingBytes_.load()) / 10000);
+  // a loop busy writing a large one reads late, and a peer still reading
+  // one we finished writing speaks late: a large message on a slow link gets
+  // the time it needs at 10 MB/s (a 100 Mbit/s link), on top, until the
+  // peer next speaks.
+  size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
+  auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + sent) / 10000);
   if (sinceRead >= allowed) {
     fail(lostError("nothing heard for " +
                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(sinceRead).count()) +

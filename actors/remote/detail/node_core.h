@@ -184,6 +184,10 @@ class Link : public std::enable_shared_from_this<Link> {
   std::atomic<int64_t> lastWrite_;
   std::atomic<size_t> readingBytes_{0};  // of the pipe read in progress
   std::atomic<size_t> writingBytes_{0};  // of the pipe write in flight
+  // Of the last large write completed since the peer last spoke: the kernel
+  // still holds its tail, and the peer reads it, then handles it, before it
+  // speaks again (a loop busy reading a large message writes late).
+  std::atomic<size_t> unheardBytes_{0};
 
   std::mutex mutex_;
   std::condition_variable changed_;
