@@ -20,6 +20,7 @@
 // the deliveries, so leave it to this module.
 
 #include <actorpipe/actors/dataflow/channel.h>
+#include <actorpipe/actors/dataflow/workqueue.h>
 
 #include <functional>
 #include <memory>
@@ -192,6 +193,20 @@ void writeThen(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
   if (auto raced = state->writeOrPark(waiter))
     detail::runInActor(self, std::make_shared<detail::WriteContinuation>(
                                  *raced, waiter->takeCallback()));
+}
+
+// Reads one job for `worker` from inside the actor `self` (a workqueue
+// worker as a dataflow stage): `onRead(ReadResult<Job<Q>>)` runs in the
+// actor's context with a job the worker now holds (answer it as any
+// Worker's), or DRAINED once the queue is closed and empty. `worker` must
+// live as long as the actor (its state, say): a job read for an actor
+// that is gone goes back to the queue for another worker.
+template <class Q, class A, class F>
+void readThen(caf::scheduled_actor* self, Worker<Q, A>& worker, F&& onRead) {
+  readThen(self, worker.questions(),
+           [&worker, onRead = std::forward<F>(onRead)](ReadResult<Job<Q>> job) mutable {
+             onRead(worker.adopt(std::move(job)));
+           });
 }
 
 } // namespace actorpipe::dataflow

@@ -159,6 +159,11 @@ public:
     return track(state_->questions.readFor(timeout));
   }
 
+  // For reads that do not block (readThen in actor_io.h, remote workers):
+  // the queue's questions, and handing this worker a job read from them.
+  const Channel<Job<Q>>& questions() const { return state_->questions; }
+  ReadResult<Job<Q>> adopt(ReadResult<Job<Q>> job) { return track(std::move(job)); }
+
   // Answers job `id` (which this worker read).
   void answer(std::uint64_t id, A value) {
     settle(id);

@@ -134,6 +134,7 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
+  caf::actor_system& system() const { return system_; }
   // This node's identity (boot id, network namespace, pid and a nonce): two
   // containers with the same host name are still two nodes.
   const std::string& id() const;

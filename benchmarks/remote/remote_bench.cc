@@ -24,12 +24,14 @@
 #include <future>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
 #include <actorpipe/actors/backends.h>
+#include <actorpipe/actors/remote/channel.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/actors/tensor.h>
 
@@ -131,6 +133,13 @@ Child serveNode(bool shm) {
     caf::actor_system system{cfg};
     remote::Node node(system, nodeOptions(shm));
     node.publish(system.spawn(echo), "echo");
+    // Channels for remote writes (drained here) and remote reads (kept
+    // full here), so neither side ever waits for the other.
+    dataflow::Channel<int64_t> sink(1024), source(1024);
+    remote::exportChannel(node, sink, "sink");
+    remote::exportChannel(node, source, "source");
+    std::thread drain([sink] { while (sink.read()) {} });
+    std::thread fill([source] { while (source.write(int64_t(8)) == dataflow::Status::kOpen) {} });
     say(fd, node.url(shm ? "shm" : "tcp"));
     ::pause();
   });
@@ -198,6 +207,15 @@ double oneWay(caf::actor_system& system, caf::actor target, int count) {
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (after - before != count) return 0;
   return count / seconds;
+}
+
+// Microseconds per call of `op` (a remote channel's write or read), `count` calls.
+template <class Op>
+double perCall(int count, Op op) {
+  for (int i = 0; i < count / 10; ++i) op();
+  auto start = Clock::now();
+  for (int i = 0; i < count; ++i) op();
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / count;
 }
 
 // The default backends, with or without shm (as the nodes have them).
@@ -303,6 +321,16 @@ int main(int argc, char** argv) {
             add("remote actor request/reply, 32 B tensor, shm", median(tiny), "us");
             add("remote actor one-way, int32, shm", oneWay(system, *target, o.messages) / 1e6,
                 "M msgs/s");
+            auto sink = remote::RemoteChannel<int64_t>::open(node, url, "sink");
+            auto source = remote::RemoteChannel<int64_t>::open(node, url, "source");
+            if (!sink || !source) {
+              std::fprintf(stderr, "remote channels: %s\n",
+                           system.render(sink ? source.error() : sink.error()).c_str());
+              return 1;
+            }
+            add("remote channel write, int64, shm",
+                perCall(o.iterations, [&] { sink->write(int64_t(8)); }), "us");
+            add("remote channel read, int64, shm", perCall(o.iterations, [&] { source->read(); }), "us");
             Tensor t = Tensor::zeros({int64_t(kBig)}, DType::kUint8);
             auto big = pingPong<Tensor>(system, *target, caf::make_message(t), 2,
                                         o.tensorIterations);
@@ -363,5 +391,7 @@ int main(int argc, char** argv) {
   std::printf("  remote 64 MiB echo / pipe 64 MiB echo:            %.2f\n",
               med("remote actor 64 MiB tensor echo, shm") /
                   med("pipe 64 MiB tensor echo, shm + cma"));
+  std::printf("  remote channel write shm / request/reply shm:     %.2f\n",
+              med("remote channel write, int64, shm") / med("remote actor request/reply, 8 B, shm"));
   return 0;
 }

@@ -14,10 +14,27 @@
 #include <caf/sec.hpp>
 
 #include <actorpipe/actors/pipe_tensor.h>
+#include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/runtime/detail/log.h>
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace actorpipe::remote::detail {
+
+#if defined(__SANITIZE_THREAD__)
+namespace {
+char gHandoff;
+}
+void releaseHandoff() { __tsan_release(&gHandoff); }
+void acquireHandoff() { __tsan_acquire(&gHandoff); }
+#else
+void releaseHandoff() {}
+void acquireHandoff() {}
+#endif
 
 struct Outgoing {
   EncodedMessage message;
@@ -462,6 +479,7 @@ void Link::readNext() {
         return;
       }
       self->lastRead_ = ticks(Clock::now());
+      releaseHandoff();
       for (size_t i = 0; i < entries->size() && !self->dead(); ++i) {
         Incoming& in = (*incoming)[i];
         self->onFrame(std::move((*entries)[i].frame), in.payload, std::move(in.tensors), in.bytes);

@@ -1,0 +1,248 @@
+#pragma once
+// Channels across nodes: a dataflow::Channel<T> one node exports under a
+// name, written, read and closed from other nodes with the same
+// open -> closed -> drained semantics.
+//
+//   // node A: the channel lives here
+//   dataflow::Channel<Tensor> raw(16);
+//   remote::exportChannel(nodeA, raw, "raw");
+//   // node B: writers and readers anywhere
+//   auto raw = remote::RemoteChannel<Tensor>::open(nodeB, urlOfA, "raw");
+//   raw->write(tensor);                       // waits while A's channel is full
+//   while (auto r = raw->read()) use(*r.item);  // until A's channel is drained
+//
+// Each operation is one request to a typed actor on the owning node (its
+// interface names T, so a RemoteChannel<int> on a channel of Tensors is
+// refused at open with kBadInterface). The actor reads and writes with
+// dataflow's readThen/writeThen: a read of an empty channel or a write to a
+// full one parks there without holding a thread, and the remote caller
+// waits for the answer, so a full channel holds its remote writers back
+// exactly as it holds local ones. Items are handed over once: an item is
+// taken from the channel only for a read that asked for it.
+//
+// Cascading close across nodes is what a stage does on its own node: it
+// reads until DRAINED, then closes what it writes to, wherever that lives.
+//
+// When the owning node is lost or leaves, pending and later operations end
+// at once as on a channel that is gone for good: reads DRAINED, writes
+// CLOSED, and error() says why (kNodeLost or kNodeLeft, naming the node).
+// An item the owner handed to a read whose reader's node died before the
+// answer arrived is lost with that node (at most once, as torch-ipc's
+// channels across processes).
+//
+// Thread model: a RemoteChannel is a handle, copyable and usable from any
+// thread; each call blocks its thread (a scoped actor per thread, kept
+// while the handle lives) for one round trip, or until the read or write
+// can happen. The actor system must outlive the handles. T must be a type the actor
+// systems of both nodes have registered (Tensor is, by remote::configure).
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <caf/atom.hpp>
+#include <caf/sec.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/dataflow/channel.h>
+#include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/node.h>
+
+namespace actorpipe::remote {
+
+using channel_read_atom = caf::atom_constant<caf::atom("chread")>;
+using channel_try_read_atom = caf::atom_constant<caf::atom("chtryread")>;
+using channel_write_atom = caf::atom_constant<caf::atom("chwrite")>;
+using channel_try_write_atom = caf::atom_constant<caf::atom("chtrywrite")>;
+using channel_close_atom = caf::atom_constant<caf::atom("chclose")>;
+using channel_status_atom = caf::atom_constant<caf::atom("chstatus")>;
+
+// What a channel's owner answers; statuses travel as dataflow::Status bytes.
+template <class T>
+using ChannelActor = caf::typed_actor<
+    typename caf::replies_to<channel_read_atom>::template with<uint8_t, T>,
+    typename caf::replies_to<channel_try_read_atom>::template with<uint8_t, T>,
+    typename caf::replies_to<channel_write_atom, T>::template with<uint8_t>,
+    typename caf::replies_to<channel_try_write_atom, T>::template with<uint8_t>,
+    typename caf::replies_to<channel_close_atom>::template with<uint8_t>,
+    typename caf::replies_to<channel_status_atom>::template with<uint8_t>>;
+
+namespace detail {
+
+// Published names of channels live apart from actors' names.
+inline std::string channelName(const std::string& name) { return "channel:" + name; }
+
+template <class T>
+typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::pointer self,
+                                                     dataflow::Channel<T> channel) {
+  using dataflow::ReadResult;
+  using dataflow::Status;
+  return {
+      [=](channel_read_atom) {
+        auto promise = self->template make_response_promise<uint8_t, T>();
+        dataflow::readThen(self, channel, [promise](ReadResult<T> read) mutable {
+          promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
+        });
+        return promise;
+      },
+      [=](channel_try_read_atom) -> caf::result<uint8_t, T> {
+        auto read = channel.tryRead();
+        return {static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T()};
+      },
+      [=](channel_write_atom, T& item) {
+        auto promise = self->template make_response_promise<uint8_t>();
+        dataflow::writeThen(self, channel, std::move(item), [promise](Status status) mutable {
+          promise.deliver(static_cast<uint8_t>(status));
+        });
+        return promise;
+      },
+      [=](channel_try_write_atom, T& item) {
+        return static_cast<uint8_t>(channel.tryWrite(std::move(item)));
+      },
+      [=](channel_close_atom) {
+        channel.close();
+        return static_cast<uint8_t>(channel.status());
+      },
+      [=](channel_status_atom) { return static_cast<uint8_t>(channel.status()); },
+  };
+}
+
+} // namespace detail
+
+// Lets nodes that reach `node` read, write and close `channel` as `name`
+// (the rules of Node::publish). The channel stays reachable until
+// unexportChannel or the node's end.
+template <class T>
+Error exportChannel(Node& node, const dataflow::Channel<T>& channel, const std::string& name) {
+  auto owner = node.system().spawn(detail::channelOwner<T>, channel);
+  Error error = node.publish(owner, detail::channelName(name));
+  if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
+  return error;
+}
+
+inline void unexportChannel(Node& node, const std::string& name) {
+  node.unpublish(detail::channelName(name));
+}
+
+template <class T>
+class RemoteChannel {
+ public:
+  // The channel exported as `name` by the node at `url`.
+  static caf::expected<RemoteChannel> open(Node& node, const std::string& url,
+                                           const std::string& name) {
+    auto owner = node.remoteActor<ChannelActor<T>>(url, detail::channelName(name));
+    if (!owner) return std::move(owner.error());
+    return RemoteChannel(node.system(), std::move(*owner));
+  }
+
+  // As dataflow::Channel's: OPEN when written; CLOSED or DRAINED when the
+  // channel was closed first (or is gone: see error()).
+  dataflow::Status write(T item) const {
+    return askStatus(dataflow::Status::kClosed, channel_write_atom::value, std::move(item));
+  }
+  // FULL instead of waiting.
+  dataflow::Status tryWrite(T item) const {
+    return askStatus(dataflow::Status::kClosed, channel_try_write_atom::value, std::move(item));
+  }
+  // (OPEN or CLOSED, item), or DRAINED once nothing will ever come out.
+  dataflow::ReadResult<T> read() const { return askItem(channel_read_atom::value); }
+  // EMPTY instead of waiting.
+  dataflow::ReadResult<T> tryRead() const { return askItem(channel_try_read_atom::value); }
+  // Closes the owner's channel: readers everywhere drain what it holds.
+  dataflow::Status close() const {
+    return askStatus(dataflow::Status::kDrained, channel_close_atom::value);
+  }
+  dataflow::Status status() const {
+    return askStatus(dataflow::Status::kDrained, channel_status_atom::value);
+  }
+  // Why the channel behaves as gone (its node was lost or left, or it
+  // answered what no channel answers); no error while it works.
+  caf::error error() const {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    return state_->error;
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    caf::error error;
+    // One scoped actor per calling thread, kept: a fresh one per call would
+    // be a new sender to the owner's node each time (a proxy made there,
+    // a DOWN frame at its end), three times the cost of the round trip.
+    std::unordered_map<std::thread::id, std::unique_ptr<caf::scoped_actor>> actors;
+  };
+
+  caf::scoped_actor& actor() const {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    auto& slot = state_->actors[std::this_thread::get_id()];
+    if (!slot) slot = std::make_unique<caf::scoped_actor>(*system_);
+    return *slot;
+  }
+
+  RemoteChannel(caf::actor_system& system, ChannelActor<T> owner)
+      : system_(&system), owner_(std::move(owner)), state_(std::make_shared<State>()) {}
+
+  // Statuses are peer bytes: anything but a Status is refused.
+  bool valid(uint8_t status) const {
+    if (status <= static_cast<uint8_t>(dataflow::Status::kFull)) return true;
+    fail(caf::make_error(caf::sec::unexpected_response,
+                         "a remote channel answered status " + std::to_string(status)));
+    return false;
+  }
+
+  void fail(caf::error error) const {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    if (!state_->error) state_->error = std::move(error);
+  }
+
+  bool gone() const {
+    std::lock_guard<std::mutex> guard(state_->mutex);
+    return static_cast<bool>(state_->error);
+  }
+
+  template <class... Ts>
+  dataflow::Status askStatus(dataflow::Status ifGone, Ts&&... xs) const {
+    if (gone()) return ifGone;
+    dataflow::Status result = ifGone;
+    actor()->request(owner_, caf::infinite, std::forward<Ts>(xs)...)
+        .receive(
+            [&](uint8_t status) {
+              if (valid(status)) result = static_cast<dataflow::Status>(status);
+            },
+            [&](caf::error& error) { fail(std::move(error)); });
+    return result;
+  }
+
+  template <class Atom>
+  dataflow::ReadResult<T> askItem(Atom atom) const {
+    using dataflow::Status;
+    dataflow::ReadResult<T> result(Status::kDrained);
+    if (gone()) return result;
+    actor()->request(owner_, caf::infinite, atom)
+        .receive(
+            [&](uint8_t status, T& item) {
+              detail::acquireHandoff();
+              if (!valid(status)) return;
+              auto s = static_cast<Status>(status);
+              if (s == Status::kOpen || s == Status::kClosed) {
+                result = dataflow::ReadResult<T>(s, std::move(item));
+              } else {
+                result = dataflow::ReadResult<T>(s);
+              }
+            },
+            [&](caf::error& error) { fail(std::move(error)); });
+    return result;
+  }
+
+  caf::actor_system* system_;
+  ChannelActor<T> owner_;
+  std::shared_ptr<State> state_;
+};
+
+} // namespace actorpipe::remote

@@ -1,0 +1,284 @@
+#pragma once
+// Workqueues across nodes (torch-ipc's owner/worker queue across
+// processes): one node owns a dataflow::WorkQueue and asks questions;
+// workers on other nodes read them and answer.
+//
+//   // the owner's node
+//   dataflow::WorkQueue<Tensor, double> queue(64);
+//   remote::exportWorkQueue(node, queue, "sums");
+//   auto answer = queue.ask(tensor);            // std::future<double>
+//   // a worker's node, one RemoteWorker per worker thread
+//   auto worker = remote::RemoteWorker<Tensor, double>::open(node, url, "sums");
+//   worker->serve([](Tensor t) { return sum(t); });   // until the queue drains
+//
+// A RemoteWorker is a Worker on the owner's node: the jobs it reads are
+// held for it there, and when it goes away with jobs unanswered (destroyed,
+// or its node lost or gone) those jobs are answered with WorkerLost, so an
+// owner never waits for a worker that is gone. The owner accepts an answer
+// only for a job that worker holds (ids are peer bytes).
+//
+// Each RemoteWorker asks through one scoped actor of its own, so the owner
+// sees one sender per worker and watches it: that actor's end (the
+// RemoteWorker destroyed) or its node's loss ends the worker there. Each
+// call is one round trip; read() waits, without holding a thread on the
+// owner's node, until a question comes or the queue is closed and empty
+// (DRAINED).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/sec.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/dataflow/workqueue.h>
+#include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/node.h>
+
+namespace actorpipe::remote {
+
+using work_read_atom = caf::atom_constant<caf::atom("wqread")>;
+using work_try_read_atom = caf::atom_constant<caf::atom("wqtryread")>;
+using work_answer_atom = caf::atom_constant<caf::atom("wqanswer")>;
+using work_fail_atom = caf::atom_constant<caf::atom("wqfail")>;
+
+// What a workqueue's owner answers: reads give (Status byte, job id,
+// question); answers and failures give whether the job was this worker's.
+template <class Q, class A>
+using WorkQueueActor = caf::typed_actor<
+    typename caf::replies_to<work_read_atom>::template with<uint8_t, uint64_t, Q>,
+    typename caf::replies_to<work_try_read_atom>::template with<uint8_t, uint64_t, Q>,
+    typename caf::replies_to<work_answer_atom, uint64_t, A>::template with<bool>,
+    typename caf::replies_to<work_fail_atom, uint64_t, std::string>::template with<bool>>;
+
+// A remote worker's failure, as the owner's answer carries it.
+class RemoteWorkFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+
+inline std::string workQueueName(const std::string& name) { return "workqueue:" + name; }
+
+// The most text of a remote worker's failure kept.
+constexpr size_t kMaxFailureText = 4096;
+
+template <class Q, class A>
+struct WorkQueueOwnerState {
+  dataflow::WorkQueue<Q, A> queue;
+  // One Worker per remote worker (the actor it asks with); destroying it
+  // answers its unanswered jobs with WorkerLost. That actor's proxy is held
+  // here: a proxy nobody holds is gone, and its monitor with it.
+  struct Remote {
+    caf::strong_actor_ptr sender;
+    std::unique_ptr<dataflow::Worker<Q, A>> worker;
+  };
+  std::map<caf::actor_addr, Remote> workers;
+};
+
+template <class Q, class A>
+using WorkQueueOwner = typename WorkQueueActor<Q, A>::template stateful_pointer<WorkQueueOwnerState<Q, A>>;
+
+template <class Q, class A>
+dataflow::Worker<Q, A>& workerFor(WorkQueueOwner<Q, A> self) {
+  auto sender = self->current_sender();
+  auto addr = caf::actor_cast<caf::actor_addr>(sender);
+  auto& slot = self->state.workers[addr];
+  if (!slot.worker) {
+    slot.worker = std::make_unique<dataflow::Worker<Q, A>>(self->state.queue.worker());
+    slot.sender = sender;
+    if (sender) self->monitor(sender);
+  }
+  return *slot.worker;
+}
+
+template <class Q, class A>
+typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A> self,
+                                                            dataflow::WorkQueue<Q, A> queue) {
+  using dataflow::Job;
+  using dataflow::ReadResult;
+  self->state.queue = std::move(queue);
+  // A worker gone (its actor ended, or its node was lost or left): its
+  // Worker goes, answering what it held with WorkerLost.
+  self->set_down_handler([self](caf::down_msg& down) { self->state.workers.erase(down.source); });
+  auto deliver = [](auto& promise, ReadResult<Job<Q>> job) {
+    if (job.item) {
+      promise.deliver(static_cast<uint8_t>(job.status), job.item->id, std::move(job.item->question));
+    } else {
+      promise.deliver(static_cast<uint8_t>(job.status), uint64_t(0), Q());
+    }
+  };
+  // A job read anonymously would be held for nobody: refused.
+  auto anonymous = [self] {
+    auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
+    promise.deliver(caf::make_error(caf::sec::invalid_argument, "an anonymous workqueue read"));
+    return promise;
+  };
+  return {
+      [=](work_read_atom) {
+        if (!self->current_sender()) return anonymous();
+        // Before the promise, which takes the sender out of the message.
+        auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        auto questions = workerFor<Q, A>(self).questions();
+        auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
+        dataflow::readThen(self, questions, [=](ReadResult<Job<Q>> job) mutable {
+          auto it = self->state.workers.find(addr);
+          if (it == self->state.workers.end()) {
+            // The worker went while its read waited: the job is someone else's.
+            if (job.item) questions.state()->unread(std::move(*job.item));
+            return;
+          }
+          deliver(promise, it->second.worker->adopt(std::move(job)));
+        });
+        return promise;
+      },
+      [=](work_try_read_atom) {
+        if (!self->current_sender()) return anonymous();
+        auto& worker = workerFor<Q, A>(self);
+        auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
+        deliver(promise, worker.tryRead());
+        return promise;
+      },
+      [=](work_answer_atom, uint64_t id, A& value) {
+        try {
+          workerFor<Q, A>(self).answer(id, std::move(value));
+          return true;
+        } catch (const std::logic_error&) {
+          return false;  // not a job this worker holds
+        }
+      },
+      [=](work_fail_atom, uint64_t id, std::string& what) {
+        if (what.size() > kMaxFailureText) what.resize(kMaxFailureText);
+        try {
+          workerFor<Q, A>(self).fail(id, std::make_exception_ptr(RemoteWorkFailed(what)));
+          return true;
+        } catch (const std::logic_error&) {
+          return false;
+        }
+      },
+  };
+}
+
+} // namespace detail
+
+// Lets workers on nodes that reach `node` serve `queue` as `name`.
+template <class Q, class A>
+Error exportWorkQueue(Node& node, const dataflow::WorkQueue<Q, A>& queue, const std::string& name) {
+  auto owner = node.system().spawn(detail::workQueueOwner<Q, A>, queue);
+  Error error = node.publish(owner, detail::workQueueName(name));
+  if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
+  return error;
+}
+
+inline void unexportWorkQueue(Node& node, const std::string& name) {
+  node.unpublish(detail::workQueueName(name));
+}
+
+// A worker of a workqueue another node owns. Movable, not copyable, like
+// dataflow::Worker: it holds the jobs it read. Use each from one thread at
+// a time.
+template <class Q, class A>
+class RemoteWorker {
+ public:
+  static caf::expected<RemoteWorker> open(Node& node, const std::string& url,
+                                          const std::string& name) {
+    auto owner = node.remoteActor<WorkQueueActor<Q, A>>(url, detail::workQueueName(name));
+    if (!owner) return std::move(owner.error());
+    return RemoteWorker(node.system(), std::move(*owner));
+  }
+  RemoteWorker(RemoteWorker&&) = default;
+  RemoteWorker& operator=(RemoteWorker&&) = delete;
+  RemoteWorker(const RemoteWorker&) = delete;
+
+  // The next question, held by this worker until answered; DRAINED once the
+  // queue is closed and empty (or the owner's node is gone: see error()).
+  dataflow::ReadResult<dataflow::Job<Q>> read() { return askJob(work_read_atom::value); }
+  // EMPTY instead of waiting.
+  dataflow::ReadResult<dataflow::Job<Q>> tryRead() { return askJob(work_try_read_atom::value); }
+  // Answers job `id`; false if the owner refused it (not a job this worker
+  // holds) or is gone.
+  bool answer(uint64_t id, A value) { return askAccepted(work_answer_atom::value, id, std::move(value)); }
+  // Answers job `id` with a failure the owner sees as RemoteWorkFailed.
+  bool fail(uint64_t id, const std::string& what) { return askAccepted(work_fail_atom::value, id, what); }
+
+  // Answers questions with `fn(question)` until the queue is drained; an
+  // exception from fn becomes that question's failure. Returns the number
+  // of questions handled.
+  template <class Fn>
+  size_t serve(Fn&& fn) {
+    size_t handled = 0;
+    for (auto job = read(); job; job = read(), ++handled) {
+      try {
+        answer(job.item->id, fn(std::move(job.item->question)));
+      } catch (const std::exception& e) {
+        fail(job.item->id, e.what());
+      } catch (...) {
+        fail(job.item->id, "unknown exception");
+      }
+    }
+    return handled;
+  }
+
+  // Why the worker behaves as if the queue were drained (the owner's node
+  // was lost or left, or answered what no owner answers).
+  caf::error error() const { return error_; }
+
+ private:
+  using Owner = WorkQueueActor<Q, A>;
+
+  // The scoped actor asks the owner directly, the same sender for this
+  // worker's whole life: the owner holds its jobs for that sender and
+  // watches it, so its end (this worker destroyed) or its node's loss
+  // ends the worker there.
+  RemoteWorker(caf::actor_system& system, Owner owner)
+      : owner_(std::move(owner)), self_(std::make_unique<caf::scoped_actor>(system)) {}
+
+  template <class Atom>
+  dataflow::ReadResult<dataflow::Job<Q>> askJob(Atom atom) {
+    using dataflow::Status;
+    dataflow::ReadResult<dataflow::Job<Q>> result(Status::kDrained);
+    if (error_) return result;
+    (*self_)->request(owner_, caf::infinite, atom)
+        .receive(
+            [&](uint8_t status, uint64_t id, Q& question) {
+              detail::acquireHandoff();
+              auto s = static_cast<Status>(status);
+              if (s == Status::kOpen || s == Status::kClosed) {
+                result = dataflow::ReadResult<dataflow::Job<Q>>(s, dataflow::Job<Q>{id, std::move(question)});
+              } else if (s == Status::kDrained || s == Status::kEmpty) {
+                result = dataflow::ReadResult<dataflow::Job<Q>>(s);
+              } else {
+                error_ = caf::make_error(caf::sec::unexpected_response,
+                                         "a remote workqueue answered status " + std::to_string(status));
+              }
+            },
+            [&](caf::error& error) { error_ = std::move(error); });
+    return result;
+  }
+
+  template <class... Ts>
+  bool askAccepted(Ts&&... xs) {
+    if (error_) return false;
+    bool accepted = false;
+    (*self_)->request(owner_, caf::infinite, std::forward<Ts>(xs)...)
+        .receive([&](bool ok) { accepted = ok; }, [&](caf::error& error) { error_ = std::move(error); });
+    return accepted;
+  }
+
+  Owner owner_;
+  std::unique_ptr<caf::scoped_actor> self_;
+  caf::error error_;
+};
+
+} // namespace actorpipe::remote

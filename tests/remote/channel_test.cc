@@ -1,0 +1,273 @@
+// Channels across nodes (actors/remote/channel.h): one node owns a channel,
+// others write, read and close it; the open -> closed -> drained semantics
+// hold across nodes, a close cascades through stages on three processes,
+// and a lost owner ends blocked operations at once.
+#include <signal.h>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "../support/harness.h"
+#include "remote_support.h"
+
+#include <actorpipe/actors/remote/channel.h>
+
+using namespace remote_test;
+using actorpipe::dataflow::Channel;
+using actorpipe::dataflow::Status;
+using actorpipe::remote::ChannelActor;
+using actorpipe::remote::RemoteChannel;
+using testing::Child;
+
+namespace {
+
+std::string render(caf::actor_system& system, const caf::error& error) {
+  return error ? system.render(error) : std::string("no error");
+}
+
+// Serves until the parent sends leave_atom to its "leaver".
+void serveUntilLeft(TestNode& node) {
+  auto left = std::make_shared<std::promise<void>>();
+  auto leaver = node.system().spawn([left](caf::event_based_actor*) -> caf::behavior {
+    return {[left](leave_atom) { left->set_value(); }};
+  });
+  node.node().publish(leaver, "leaver");
+  left->get_future().wait();
+}
+
+void tellToLeave(TestNode& node, const std::string& url) {
+  auto leaver = node.node().remoteActor(url, "leaver");
+  if (leaver) caf::anon_send(*leaver, leave_atom::value);
+}
+
+}  // namespace
+
+TEST_CASE("a channel written and read from two other nodes: order, close, drain") {
+  TestNode owner, writerNode, readerNode;
+  Channel<int32_t> numbers(4);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), numbers, "numbers"));
+  auto writer = RemoteChannel<int32_t>::open(writerNode.node(), owner.node().url("tcp"), "numbers");
+  auto reader = RemoteChannel<int32_t>::open(readerNode.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(writer);
+  REQUIRE(reader);
+  constexpr int32_t kCount = 500;
+  std::thread writing([&] {
+    for (int32_t i = 0; i < kCount; ++i) CHECK(writer->write(i) == Status::kOpen);
+    CHECK(writer->close() != Status::kOpen);
+  });
+  std::vector<int32_t> got;
+  size_t mostQueued = 0;
+  for (;;) {
+    mostQueued = std::max(mostQueued, numbers.size());
+    auto read = reader->read();
+    if (!read) {
+      CHECK(read.status == Status::kDrained);
+      break;
+    }
+    got.push_back(*read.item);
+  }
+  writing.join();
+  REQUIRE(got.size() == size_t(kCount));
+  for (int32_t i = 0; i < kCount; ++i) CHECK(got[size_t(i)] == i);
+  CHECK(mostQueued <= 4);  // the remote writer waited for room
+  // Closed and drained, for everyone; a normal end is not an error.
+  CHECK(writer->write(7) == Status::kDrained);
+  CHECK(reader->read().status == Status::kDrained);
+  CHECK(reader->status() == Status::kDrained);
+  CHECK(numbers.status() == Status::kDrained);
+  CHECK(!writer->error());
+  CHECK(!reader->error());
+}
+
+TEST_CASE("non-blocking operations, a close with items left, Tensors arrive as Tensors") {
+  TestNode owner, client;
+  Channel<Tensor> tensors(2);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), tensors, "tensors"));
+  auto remote = RemoteChannel<Tensor>::open(client.node(), owner.node().url("tcp"), "tensors");
+  REQUIRE(remote);
+  CHECK(remote->tryRead().status == Status::kEmpty);
+  auto a = Tensor::zeros({3, 4}, DType::kFloat32);
+  for (int i = 0; i < 12; ++i) a.data<float>()[i] = float(i);
+  auto b = Tensor::zeros({1 << 20}, DType::kInt64);  // 8 MiB
+  b.data<int64_t>()[(1 << 20) - 1] = 42;
+  CHECK(remote->tryWrite(a) == Status::kOpen);
+  CHECK(remote->tryWrite(b) == Status::kOpen);
+  CHECK(remote->tryWrite(a) == Status::kFull);
+  CHECK(remote->status() == Status::kOpen);
+  CHECK(remote->close() == Status::kClosed);  // closed, two items left
+  CHECK(remote->tryWrite(a) == Status::kClosed);
+  auto first = remote->read();
+  REQUIRE(first);
+  CHECK(first.status == Status::kClosed);
+  CHECK(first.item->dtype() == DType::kFloat32);
+  CHECK(first.item->shape() == a.shape());
+  CHECK(sumOf(*first.item) == 66.0);
+  CHECK(!first.item->sharesStorageWith(a));  // it crossed a pipe
+  auto second = remote->tryRead();
+  REQUIRE(second);
+  CHECK(second.item->numel() == (1 << 20));
+  CHECK(second.item->data<int64_t>()[(1 << 20) - 1] == 42);
+  CHECK(remote->tryRead().status == Status::kDrained);
+}
+
+TEST_CASE("a channel of another type, or none at all, is refused at open") {
+  TestNode owner, client;
+  Channel<Tensor> tensors;
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), tensors, "tensors"));
+  auto wrong = RemoteChannel<int32_t>::open(client.node(), owner.node().url("tcp"), "tensors");
+  REQUIRE(!wrong);
+  CHECK(actorpipe::remote::isError(wrong.error(), RemoteError::kBadInterface));
+  auto none = RemoteChannel<Tensor>::open(client.node(), owner.node().url("tcp"), "nothing");
+  REQUIRE(!none);
+  CHECK(actorpipe::remote::isError(none.error(), RemoteError::kNoSuchActor));
+  // An actor published under the name is not a channel either.
+  owner.node().publish(owner.system().spawn(summer), "channel:summer");
+  auto actor = RemoteChannel<Tensor>::open(client.node(), owner.node().url("tcp"), "summer");
+  REQUIRE(!actor);
+  CHECK(actorpipe::remote::isError(actor.error(), RemoteError::kBadInterface));
+}
+
+TEST_CASE("an owner answering what no channel answers: the channel is gone, with the reason") {
+  // A hostile owner with the right interface and a status byte that is
+  // no Status.
+  TestNode owner, client;
+  auto liar = owner.system().spawn([]() -> ChannelActor<int32_t>::behavior_type {
+    return {
+        [](actorpipe::remote::channel_read_atom) { return std::make_tuple(uint8_t(200), int32_t(1)); },
+        [](actorpipe::remote::channel_try_read_atom) { return std::make_tuple(uint8_t(0), int32_t(1)); },
+        [](actorpipe::remote::channel_write_atom, int32_t) { return uint8_t(99); },
+        [](actorpipe::remote::channel_try_write_atom, int32_t) { return uint8_t(0); },
+        [](actorpipe::remote::channel_close_atom) { return uint8_t(2); },
+        [](actorpipe::remote::channel_status_atom) { return uint8_t(0); },
+    };
+  });
+  REQUIRE(!owner.node().publish(liar, "channel:liar"));
+  auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("tcp"), "liar");
+  REQUIRE(remote);
+  CHECK(remote->status() == Status::kOpen);
+  auto read = remote->read();
+  CHECK(!read);
+  CHECK(read.status == Status::kDrained);
+  CHECK(render(client.system(), remote->error()).find("status 200") != std::string::npos);
+  // Gone for good: nothing is asked any more.
+  CHECK(remote->tryRead().status == Status::kDrained);
+  CHECK(remote->write(1) == Status::kClosed);
+}
+
+TEST_CASE("the owner killed: a blocked reader and a blocked writer return at once") {
+  Child child = Child::spawn(
+      [](Child& self) {
+        TestNode node;
+        Channel<int32_t> full(1), empty;
+        full.write(1);
+        CHILD_CHECK(!actorpipe::remote::exportChannel(node.node(), full, "full"));
+        CHILD_CHECK(!actorpipe::remote::exportChannel(node.node(), empty, "empty"));
+        self.send(node.node().url("tcp"));
+        serveUntilLeft(node);
+        return 0;
+      },
+      std::chrono::seconds(60));
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  NodeOptions slow = TestNode::quick();
+  slow.heartbeatTimeout = 30s;  // so only the socket's end can tell
+  TestNode client(slow);
+  auto full = RemoteChannel<int32_t>::open(client.node(), url, "full");
+  auto empty = RemoteChannel<int32_t>::open(client.node(), url, "empty");
+  REQUIRE(full);
+  REQUIRE(empty);
+  auto wrote = std::async(std::launch::async, [&] { return full->write(2); });
+  auto read = std::async(std::launch::async, [&] { return empty->read(); });
+  CHECK(wrote.wait_for(300ms) == std::future_status::timeout);  // both wait
+  CHECK(read.wait_for(0ms) == std::future_status::timeout);
+  auto killed = std::chrono::steady_clock::now();
+  child.kill(SIGKILL);
+  REQUIRE(wrote.wait_for(10s) == std::future_status::ready);
+  REQUIRE(read.wait_for(10s) == std::future_status::ready);
+  auto noticed = std::chrono::steady_clock::now() - killed;
+  CHECK(wrote.get() == Status::kClosed);
+  CHECK(read.get().status == Status::kDrained);
+  CHECK(actorpipe::remote::isError(full->error(), RemoteError::kNodeLost));
+  CHECK(actorpipe::remote::isError(empty->error(), RemoteError::kNodeLost));
+  CHECK(noticed < 5s);
+  MESSAGE("owner's death ended the blocked calls after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms");
+  child.wait();
+}
+
+TEST_CASE("a close cascades through stages on three processes") {
+  // source (process A) -> "raw" on A -> doubler (process B) -> "doubled" on
+  // B -> sink (this process). Closing the source's channel is the only
+  // shutdown signal.
+  constexpr int32_t kItems = 200;
+  Child source = Child::spawn(
+      [](Child& self) {
+        TestNode node;
+        Channel<Tensor> raw(8);
+        CHILD_CHECK(!actorpipe::remote::exportChannel(node.node(), raw, "raw"));
+        self.send(node.node().url("tcp"));
+        for (int32_t i = 0; i < kItems; ++i) {
+          auto t = Tensor::zeros({16}, DType::kInt32);
+          for (int j = 0; j < 16; ++j) t.data<int32_t>()[j] = i;
+          CHILD_CHECK(raw.write(std::move(t)) == Status::kOpen);
+        }
+        raw.close();
+        serveUntilLeft(node);
+        return 0;
+      },
+      std::chrono::seconds(90));
+  std::string rawUrl = source.receive();
+  REQUIRE(!rawUrl.empty());
+  Child doubler = Child::spawn(
+      [rawUrl](Child& self) {
+        TestNode node;
+        Channel<Tensor> doubled(8);
+        CHILD_CHECK(!actorpipe::remote::exportChannel(node.node(), doubled, "doubled"));
+        auto raw = RemoteChannel<Tensor>::open(node.node(), rawUrl, "raw");
+        CHILD_CHECK(raw);
+        self.send(node.node().url("tcp"));
+        for (;;) {
+          auto read = raw->read();
+          if (!read) {
+            CHILD_CHECK(read.status == Status::kDrained);
+            CHILD_CHECK(!raw->error());
+            break;
+          }
+          Tensor t = *read.item;
+          for (int j = 0; j < 16; ++j) t.data<int32_t>()[j] *= 2;
+          CHILD_CHECK(doubled.write(std::move(t)) == Status::kOpen);
+        }
+        doubled.close();  // the cascade: drained upstream, closed here
+        serveUntilLeft(node);
+        return 0;
+      },
+      std::chrono::seconds(90));
+  std::string doubledUrl = doubler.receive();
+  REQUIRE(!doubledUrl.empty());
+  TestNode sink;
+  auto doubled = RemoteChannel<Tensor>::open(sink.node(), doubledUrl, "doubled");
+  REQUIRE(doubled);
+  int32_t expected = 0;
+  int64_t total = 0;
+  for (;;) {
+    auto read = doubled->read();
+    if (!read) {
+      CHECK(read.status == Status::kDrained);
+      break;
+    }
+    CHECK(read.item->data<int32_t>()[0] == 2 * expected);
+    total += static_cast<int64_t>(sumOf(*read.item));
+    ++expected;
+  }
+  CHECK(!doubled->error());
+  CHECK(expected == kItems);
+  CHECK(total == int64_t(16) * 2 * (kItems - 1) * kItems / 2);
+  tellToLeave(sink, doubledUrl);
+  tellToLeave(sink, rawUrl);
+  CHECK(doubler.wait() == 0);
+  CHECK(source.wait() == 0);
+}

@@ -1,0 +1,209 @@
+// Workqueues across nodes (actors/remote/workqueue.h) and a workqueue
+// worker as a dataflow stage (readThen on a Worker, actors/dataflow/
+// actor_io.h): questions answered by workers on other nodes, a worker that
+// goes away (destroyed, or its process killed) answers with WorkerLost,
+// answers to jobs a worker does not hold are refused.
+#include <signal.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "../support/harness.h"
+#include "remote_support.h"
+
+#include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/remote/workqueue.h>
+
+using namespace remote_test;
+using actorpipe::dataflow::Status;
+using actorpipe::dataflow::WorkQueue;
+using actorpipe::dataflow::Worker;
+using actorpipe::dataflow::WorkerLost;
+using actorpipe::remote::RemoteWorker;
+using actorpipe::remote::RemoteWorkFailed;
+using testing::Child;
+
+namespace {
+
+Tensor filled(int64_t n, float value) {
+  auto t = Tensor::zeros({n}, DType::kFloat32);
+  for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = value;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("workers on two other nodes answer an owner's questions; close releases them") {
+  TestNode owner, first, second;
+  WorkQueue<Tensor, double> queue(8);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "sums"));
+  std::atomic<size_t> handled{0};
+  auto serveOn = [&](TestNode& node) {
+    return std::thread([&] {
+      auto worker = RemoteWorker<Tensor, double>::open(node.node(), owner.node().url("tcp"), "sums");
+      REQUIRE(worker);
+      handled += worker->serve([](Tensor t) { return sumOf(t); });
+      CHECK(!worker->error());
+    });
+  };
+  std::thread a = serveOn(first), b = serveOn(second);
+  std::vector<std::future<double>> answers;
+  constexpr int kQuestions = 200;
+  for (int i = 0; i < kQuestions; ++i) answers.push_back(queue.ask(filled(64, float(i))));
+  for (int i = 0; i < kQuestions; ++i) CHECK(answers[size_t(i)].get() == 64.0 * i);
+  queue.close();  // the workers read DRAINED and return
+  a.join();
+  b.join();
+  CHECK(handled == size_t(kQuestions));
+}
+
+TEST_CASE("a remote worker's failure reaches the owner as RemoteWorkFailed") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "picky"));
+  std::thread serving([&] {
+    auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("shm"), "picky");
+    REQUIRE(worker);
+    worker->serve([](int32_t x) -> int32_t {
+      if (x < 0) throw std::invalid_argument("negative: " + std::to_string(x));
+      return 2 * x;
+    });
+  });
+  auto good = queue.ask(21);
+  auto bad = queue.ask(-1);
+  CHECK(good.get() == 42);
+  try {
+    bad.get();
+    FAIL("no exception");
+  } catch (const RemoteWorkFailed& e) {
+    CHECK(std::string(e.what()) == "negative: -1");
+  }
+  queue.close();
+  serving.join();
+}
+
+TEST_CASE("answers are taken only for jobs the answering worker holds") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  auto holder = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("tcp"), "q");
+  auto other = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("tcp"), "q");
+  REQUIRE(holder);
+  REQUIRE(other);
+  CHECK(holder->tryRead().status == Status::kEmpty);
+  auto answer = queue.ask(5);
+  auto job = holder->read();
+  REQUIRE(job);
+  CHECK(job.item->question == 5);
+  CHECK(!other->answer(job.item->id, 666));        // not its job
+  CHECK(!other->answer(job.item->id + 1000, 666)); // nobody's job
+  CHECK(!holder->fail(job.item->id + 1, "made up"));
+  CHECK(holder->answer(job.item->id, 50));
+  CHECK(!holder->answer(job.item->id, 51));        // answered already
+  CHECK(answer.get() == 50);
+  CHECK(queue.unanswered() == 0);
+}
+
+TEST_CASE("a remote worker destroyed with a job unanswered: the owner gets WorkerLost") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  auto answer = queue.ask(1);
+  {
+    auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("tcp"), "q");
+    REQUIRE(worker);
+    REQUIRE(worker->read());
+  }
+  REQUIRE(answer.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_AS(answer.get(), WorkerLost);
+}
+
+TEST_CASE("a worker's process killed while holding a job: WorkerLost, the rest served elsewhere") {
+  // The child is forked before this process starts threads (under TSan a
+  // child forked from threads cannot start its own), and learns the
+  // owner's URL on a pipe.
+  int urlPipe[2];
+  REQUIRE(::pipe(urlPipe) == 0);
+  Child child = Child::spawn(
+      [&urlPipe](Child& self) {
+        ::close(urlPipe[1]);
+        std::string url;
+        char c;
+        while (::read(urlPipe[0], &c, 1) == 1 && c != '\n') url += c;
+        TestNode node;
+        auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), url, "q");
+        CHILD_CHECK(worker);
+        auto job = worker->read();
+        CHILD_CHECK(job);
+        self.send("holding " + std::to_string(job.item->question));
+        std::this_thread::sleep_for(60s);  // killed before it answers
+        return 0;
+      },
+      std::chrono::seconds(60));
+  ::close(urlPipe[0]);
+  TestNode owner;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  std::string url = owner.node().url("tcp") + "\n";
+  REQUIRE(::write(urlPipe[1], url.data(), url.size()) == ssize_t(url.size()));
+  ::close(urlPipe[1]);
+  auto first = queue.ask(1);
+  REQUIRE(child.receive() == "holding 1");
+  auto second = queue.ask(2);  // stays queued: the child reads no more
+  auto killed = std::chrono::steady_clock::now();
+  child.kill(SIGKILL);
+  REQUIRE(first.wait_for(10s) == std::future_status::ready);
+  auto noticed = std::chrono::steady_clock::now() - killed;
+  CHECK_THROWS_AS(first.get(), WorkerLost);
+  MESSAGE("the killed worker's job answered with WorkerLost after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms");
+  auto worker = queue.worker();  // a local worker takes what is left
+  auto job = worker.read();
+  REQUIRE(job);
+  CHECK(job.item->question == 2);
+  worker.answer(job.item->id, 20);
+  CHECK(second.get() == 20);
+  child.wait();
+}
+
+TEST_CASE("a workqueue worker as a dataflow stage: an actor reads jobs without blocking") {
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.max-threads", 2);
+  caf::actor_system system{cfg};
+  WorkQueue<int32_t, int32_t> queue(4);
+  auto done = std::make_shared<std::promise<size_t>>();
+  struct State {
+    std::unique_ptr<Worker<int32_t, int32_t>> worker;
+    size_t handled = 0;
+  };
+  auto stage = system.spawn([queue, done](caf::stateful_actor<State>* self) -> caf::behavior {
+    self->state.worker = std::make_unique<Worker<int32_t, int32_t>>(queue.worker());
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [self, done, next] {
+      actorpipe::dataflow::readThen(self, *self->state.worker, [self, done, next](auto job) {
+        if (!job.item) {
+          done->set_value(self->state.handled);
+          *next = nullptr;  // the cycle through the closure ends here
+          self->quit();
+          return;
+        }
+        ++self->state.handled;
+        self->state.worker->answer(job.item->id, job.item->question * 3);
+        (*next)();
+      });
+    };
+    (*next)();
+    return {[](int32_t) {}};
+  });
+  std::vector<std::future<int32_t>> answers;
+  for (int32_t i = 0; i < 100; ++i) answers.push_back(queue.ask(i));
+  for (int32_t i = 0; i < 100; ++i) CHECK(answers[size_t(i)].get() == 3 * i);
+  queue.close();
+  auto handled = done->get_future();
+  REQUIRE(handled.wait_for(10s) == std::future_status::ready);
+  CHECK(handled.get() == 100);
+}
