@@ -12,6 +12,22 @@ caf::error makeError(RemoteError code, std::string text) {
                     caf::make_message(std::move(text)));
 }
 
+namespace detail {
+namespace {
+// Nesting depth of TrySend on this thread, and whether a send was refused.
+thread_local int tTrying = 0;
+thread_local bool tRefused = false;
+} // namespace
+
+TrySend::TrySend() {
+  if (tTrying++ == 0) tRefused = false;
+}
+TrySend::~TrySend() { --tTrying; }
+bool TrySend::refused() const { return tRefused; }
+bool trying() { return tTrying > 0; }
+void refuse() { tRefused = true; }
+} // namespace detail
+
 bool isError(const caf::error& error, RemoteError code) {
   return error && error.category() == caf::atom("actorpipe") && error.code() == static_cast<uint8_t>(code);
 }

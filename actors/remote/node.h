@@ -31,9 +31,11 @@
 // node that leaves on purpose (leave(), or its Node destroyed) says BYE
 // first, and its actors go down with kNodeLeft instead of kNodeLost.
 //
-// Not yet (docs/remote.md): actor handles inside messages (the sender's own
-// handle travels, others do not), links and exit propagation across nodes,
-// forwarding through a third node.
+// Links: a local actor linked to a remote one gets its exit_msg (its exit
+// reason, or the node's loss). Not yet (docs/remote.md): a local actor's
+// exit reaching remote actors linked to it, actor handles inside messages
+// (the sender's own handle travels, others do not), forwarding through a
+// third node.
 //
 // Backpressure: at most `windowMessages` messages (and `windowBytes`) to
 // one peer node are in flight, counted from the send until the receiving
@@ -112,10 +114,39 @@ enum class RemoteError : uint8_t {
   kNoSuchActor = 4,  // nothing is published under that name
   kUnsendable = 5,   // a type in the message cannot be encoded, or it is too big
   kBadInterface = 6, // the published actor's interface is not the handle's
+  kWindowFull = 7,   // trySend: the window to the actor's node is full
 };
 caf::error makeError(RemoteError code, std::string text);
 // Whether `error` is this layer's `code`.
 bool isError(const caf::error& error, RemoteError code);
+
+namespace detail {
+// While one lives on a thread, a send to a remote actor whose node's window
+// is full is not made (and not waited for): refused() says so.
+class TrySend {
+ public:
+  TrySend();
+  ~TrySend();
+  TrySend(const TrySend&) = delete;
+  TrySend& operator=(const TrySend&) = delete;
+  bool refused() const;
+};
+// For the link: whether a TrySend lives on this thread; noting a refusal.
+bool trying();
+void refuse();
+} // namespace detail
+
+// The non-blocking send: sends `xs...` from `self` (an actor pointer or a
+// scoped_actor) to `dest` unless `dest` is an actor on another node whose
+// window is full; then nothing is sent and the error is kWindowFull (drop,
+// retry later, or send and wait). A local `dest` always takes the message.
+template <class Self, class Dest, class... Ts>
+caf::error trySend(Self&& self, const Dest& dest, Ts&&... xs) {
+  detail::TrySend scope;
+  self->send(dest, std::forward<Ts>(xs)...);
+  if (!scope.refused()) return caf::error();
+  return makeError(RemoteError::kWindowFull, "the window to the actor's node is full");
+}
 
 // Registers what remote messages of actorpipe carry (Tensor); call on the
 // config before the actor system is made, on every node.

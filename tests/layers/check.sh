@@ -6,10 +6,10 @@
 #   transports/   byte streams between contexts        (may use runtime/)
 #   channels/     tensor movers                        (may use transports/)
 #   actors/       the cores of Context, Listener, Pipe (actors/detail/), the
-#                 handles (actors/handles.cc), dataflow, groups
+#                 handles (actors/handles.cc), dataflow, groups, remote
 #   compat/       TensorPipe's names over all of it; nothing includes it
-# Inside actors/: the cores never include dataflow or groups; dataflow never
-# includes groups.
+# Inside actors/: the cores never include dataflow, groups or remote;
+# dataflow never includes groups or remote; groups never include remote.
 #   tests/layers/check.sh [ROOT]      checks the tree at ROOT (default: here)
 #   tests/layers/check.sh --self-test shows that a wrong include is caught
 set -euo pipefail
@@ -40,9 +40,10 @@ allowed() {
     runtime/*) echo "runtime/" ;;
     transports/*) echo "runtime/ transports/" ;;
     channels/*) echo "runtime/ transports/ channels/" ;;
-    actors/group/*) echo "runtime/ transports/ channels/ actors/" ;;
-    actors/dataflow/*) echo "runtime/ transports/ channels/ actors/ !actors/group/" ;;
-    actors/*) echo "runtime/ transports/ channels/ actors/ !actors/group/ !actors/dataflow/" ;;
+    actors/remote/*) echo "runtime/ transports/ channels/ actors/" ;;
+    actors/group/*) echo "runtime/ transports/ channels/ actors/ !actors/remote/" ;;
+    actors/dataflow/*) echo "runtime/ transports/ channels/ actors/ !actors/group/ !actors/remote/" ;;
+    actors/*) echo "runtime/ transports/ channels/ actors/ !actors/group/ !actors/dataflow/ !actors/remote/" ;;
     compat/*) echo "runtime/ transports/ channels/ actors/ compat/" ;;
   esac
 }

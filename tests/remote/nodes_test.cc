@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "../support/harness.h"
@@ -192,6 +193,44 @@ TEST_CASE("a remote actor that terminates: its monitors get down_msg, later requ
   mortal = nullptr;
   auto late = ask<std::string>(self, *remote, caf::make_message(std::string("x")), 5s);
   CHECK(!late);
+}
+
+TEST_CASE("a link to a remote actor: its exit reaches the linked actor, its node's loss too") {
+  TestNode server;
+  auto mortal = server.system().spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](const std::string&) { self->quit(caf::exit_reason::user_shutdown); }};
+  });
+  REQUIRE(!server.node().publish(mortal, "mortal"));
+  REQUIRE(!server.node().publish(server.system().spawn(summer), "summer"));
+  TestNode client;
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "mortal");
+  auto other = client.node().remoteActor(server.node().url("tcp"), "summer");
+  REQUIRE(remote);
+  REQUIRE(other);
+  // A local event-based actor linked to each, trapping exits to report them.
+  auto reasons = std::make_shared<std::promise<caf::error>>();
+  auto lost = std::make_shared<std::promise<caf::error>>();
+  auto watcher = client.system().spawn([=, r = *remote, o = *other](caf::event_based_actor* self) -> caf::behavior {
+    self->set_exit_handler([=](caf::exit_msg& msg) {
+      if (msg.source == r) reasons->set_value(msg.reason);
+      if (msg.source == o) lost->set_value(msg.reason);
+    });
+    self->link_to(r);
+    self->link_to(o);
+    return {[](int32_t) {}};
+  });
+  caf::anon_send(*remote, std::string("die"));
+  auto exited = reasons->get_future();
+  REQUIRE(exited.wait_for(10s) == std::future_status::ready);
+  auto reason = exited.get();
+  CHECK(reason.code() == static_cast<uint8_t>(caf::exit_reason::user_shutdown));
+  CHECK(reason.category() == caf::atom("exit"));
+  // The node's departure ends the other link with the node's reason.
+  server.leave();
+  auto gone = lost->get_future();
+  REQUIRE(gone.wait_for(10s) == std::future_status::ready);
+  CHECK(actorpipe::remote::isError(gone.get(), RemoteError::kNodeLeft));
+  caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("an idle healthy node is never declared dead; its pending requests stay pending") {
@@ -383,6 +422,45 @@ TEST_CASE("a slow receiver holds its sender back: in flight stays within the win
   MESSAGE("most in flight: " << stats[0].maxInFlightMessages << " messages, "
                              << stats[0].maxInFlightBytes << " bytes; held back "
                              << stats[0].heldBack << " times");
+}
+
+TEST_CASE("trySend: past the window nothing is sent and the sender is told; later it goes") {
+  TestNode server;
+  auto release = std::make_shared<std::promise<void>>();
+  auto gate = std::make_shared<std::shared_future<void>>(release->get_future().share());
+  auto handled = std::make_shared<std::atomic<int>>(0);
+  auto stuck = server.system().spawn([=](caf::event_based_actor*) -> caf::behavior {
+    return {[=](int32_t) {
+      gate->wait();  // handles nothing until released: credit stays out
+      ++*handled;
+    }};
+  });
+  REQUIRE(!server.node().publish(stuck, "stuck"));
+  NodeOptions options = TestNode::quick();
+  options.windowMessages = 8;
+  TestNode client(options);
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "stuck");
+  REQUIRE(remote);
+  caf::scoped_actor self{client.system()};
+  int sent = 0;
+  caf::error refused;
+  for (int32_t i = 0; i < 100 && !refused; ++i) {
+    refused = actorpipe::remote::trySend(self, *remote, i);
+    if (!refused) ++sent;
+  }
+  CHECK(actorpipe::remote::isError(refused, RemoteError::kWindowFull));
+  CHECK(sent == 8);  // the window, and not one more
+  CHECK(client.node().stats()[0].heldBack == 0);  // nothing waited
+  release->set_value();
+  // Credit comes back as the actor handles them; then sends go again.
+  caf::error later = refused;
+  for (int i = 0; i < 500 && later; ++i) {
+    std::this_thread::sleep_for(10ms);
+    later = actorpipe::remote::trySend(self, *remote, int32_t(1000));
+  }
+  CHECK(!later);
+  for (int i = 0; i < 500 && *handled < sent + 1; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(*handled == sent + 1);
 }
 
 TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox") {

@@ -298,7 +298,7 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   for (const auto& tensor : body->message.tensors) bytes += tensor.nbytes();
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!problem) waitForWindow(lock, bytes);
+    if (!problem && !waitForWindow(lock, bytes)) return;  // refused: trySend
     if (dead_) {
       problem = deathReason_;
     } else if (!problem) {
@@ -330,15 +330,20 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   write(frame, std::move(body));
 }
 
-void Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
+bool Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
   auto full = [&] {
     return window_.inFlightMessages > 0 &&
            (window_.inFlightMessages + 1 > windowMessages() ||
             window_.inFlightBytes + bytes > windowBytes());
   };
-  if (dead_ || !full() || tInPipeCallback) return;
+  if (dead_ || !full() || tInPipeCallback) return true;
+  if (remote::detail::trying()) {
+    remote::detail::refuse();
+    return false;
+  }
   window_.heldBack += 1;
   changed_.wait(lock, [&] { return dead_ || !full(); });
+  return true;
 }
 
 uint64_t Link::windowMessages() const {

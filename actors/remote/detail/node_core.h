@@ -157,7 +157,7 @@ class Link : public std::enable_shared_from_this<Link> {
   void onMessage(const Frame& frame, caf::message content, size_t bytes);
   // Until the window has room for `bytes` more (or the link ends); returns
   // at once on a loop thread.
-  void waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);
+  bool waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);  // false: refused (trySend)
   // The window both ends keep: the smaller of the two (each says its own in
   // HELLO); under mutex_.
   uint64_t windowMessages() const;

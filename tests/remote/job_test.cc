@@ -1,0 +1,205 @@
+// A job's nodes (actors/remote/job.h): three processes started with the
+// environment actorpipe-run, Slurm, OpenMPI's mpirun and torchrun set find
+// each other with no address written by hand; each asks the next rank's
+// actor for its rank. A rank that never comes is named.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <future>
+#include <map>
+#include <string>
+
+#include "../support/harness.h"
+#include "remote_support.h"
+
+#include <actorpipe/actors/remote/job.h>
+
+using namespace remote_test;
+using actorpipe::remote::Job;
+using actorpipe::remote::JobOptions;
+using testing::Child;
+using Environment = std::map<std::string, std::string>;
+
+namespace {
+
+constexpr int kRanks = 3;
+
+using heard_atom = caf::atom_constant<caf::atom("heard")>;
+
+// A fresh directory for rendezvous files.
+std::string freshDirectory() {
+  char name[] = "/tmp/actorpipe-job-test-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  return name;
+}
+
+// A TCP port nobody listens on now (torchrun's MASTER_PORT).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+  socklen_t length = sizeof(address);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// One rank: joins, publishes an actor that answers its rank, asks the next
+// rank's, and stays until the previous rank has its answer.
+int rankBody(Child& self, Environment environment, const std::string& source) {
+  caf::actor_system_config config;
+  actorpipe::remote::configure(config);
+  config.set("scheduler.max-threads", 2);
+  caf::actor_system system{config};
+  JobOptions options;
+  options.environment = std::move(environment);
+  options.rendezvousTimeout = std::chrono::seconds(30);
+  std::unique_ptr<Job> job;
+  if (auto error = Job::join(system, options, job)) {
+    self.send(std::string("join failed: ") + error.what());
+    return 1;
+  }
+  CHILD_CHECK(job->worldSize() == kRanks);
+  CHILD_CHECK(job->source() == source);
+  // Rank r leaves once it has its answer and rank r-1 has said it got
+  // r's: leaving earlier could cut a reply still on its way.
+  auto heard = std::make_shared<std::promise<void>>();
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  int rank = job->rank();
+  job->node().publish(system.spawn([rank, heard, once]() -> caf::behavior {
+                        return {
+                            [=](get_atom) { return int32_t(rank); },
+                            [=](heard_atom) {
+                              if (!once->exchange(true)) heard->set_value();
+                            },
+                        };
+                      }),
+                      "rank");
+  caf::actor nextActor;
+  int next = (rank + 1) % kRanks;
+  int32_t answer = -1;
+  std::string problem;
+  // The next rank may not have published yet: ask until it has.
+  for (int attempt = 0; attempt < 400 && answer < 0; ++attempt) {
+    auto actor = job->remoteActor(next, "rank");
+    if (!actor) {
+      problem = system.render(actor.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      continue;
+    }
+    nextActor = *actor;
+    caf::scoped_actor asker{system};
+    asker->request(*actor, std::chrono::seconds(10), get_atom::value)
+        .receive([&](int32_t r) { answer = r; }, [&](caf::error& e) { problem = system.render(e); });
+  }
+  if (answer != next) {
+    self.send("rank " + std::to_string(rank) + " never heard rank " + std::to_string(next) + ": " + problem);
+    return 1;
+  }
+  caf::anon_send(nextActor, heard_atom::value);
+  CHILD_CHECK(heard->get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  self.send("rank " + std::to_string(rank) + " asked rank " + std::to_string(answer));
+  return 0;
+}
+
+void runJob(const std::string& source, const std::function<Environment(int rank)>& environmentOf) {
+  std::vector<Child> ranks;
+  for (int r = kRanks - 1; r >= 0; --r) {  // rank 0 last: the others wait for it
+    Environment environment = environmentOf(r);
+    ranks.push_back(Child::spawn(
+        [environment, source](Child& self) { return rankBody(self, environment, source); },
+        std::chrono::seconds(90)));
+  }
+  for (auto& child : ranks) {
+    std::string line = child.receive(std::chrono::seconds(60));
+    CHECK_MESSAGE(line.find(" asked rank ") != std::string::npos, line);
+  }
+  for (auto& child : ranks) CHECK(child.wait() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("actorpipe-run's environment, a rendezvous file") {
+  std::string dir = freshDirectory();
+  runJob("actorpipe", [&](int r) {
+    return Environment{{"ACTORPIPE_RANK", std::to_string(r)},
+                       {"ACTORPIPE_WORLD_SIZE", std::to_string(kRanks)},
+                       {"ACTORPIPE_RENDEZVOUS", "file://" + dir + "/rank0"}};
+  });
+  CHECK(::access((dir + "/rank0").c_str(), F_OK) != 0);  // rank 0 removed it
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("torchrun's environment: MASTER_ADDR and MASTER_PORT") {
+  int port = freePort();
+  runJob("torchrun", [&](int r) {
+    return Environment{{"RANK", std::to_string(r)},
+                       {"WORLD_SIZE", std::to_string(kRanks)},
+                       {"LOCAL_RANK", std::to_string(r)},
+                       {"LOCAL_WORLD_SIZE", std::to_string(kRanks)},
+                       {"MASTER_ADDR", "localhost"},
+                       {"MASTER_PORT", std::to_string(port)}};
+  });
+}
+
+TEST_CASE("Slurm's environment: srun's variables, the job's rendezvous directory") {
+  std::string dir = freshDirectory();
+  runJob("slurm", [&](int r) {
+    return Environment{{"SLURM_PROCID", std::to_string(r)},
+                       {"SLURM_NTASKS", std::to_string(kRanks)},
+                       {"SLURM_JOB_NUM_NODES", "1"},
+                       {"SLURM_NODEID", "0"},
+                       {"SLURM_LOCALID", std::to_string(r)},
+                       {"SLURM_JOBID", "4242"},
+                       {"SLURM_STEP_ID", "0"},
+                       {"SLURMD_NODENAME", "node001"},
+                       {"SLURM_STEP_NODELIST", "node001"},
+                       {"ACTORPIPE_RENDEZVOUS_DIR", dir}};
+  });
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("OpenMPI's environment: mpirun's variables and its job's namespace") {
+  std::string dir = freshDirectory();
+  runJob("openmpi", [&](int r) {
+    return Environment{{"OMPI_COMM_WORLD_RANK", std::to_string(r)},
+                       {"OMPI_COMM_WORLD_SIZE", std::to_string(kRanks)},
+                       {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
+                       {"OMPI_COMM_WORLD_LOCAL_SIZE", std::to_string(kRanks)},
+                       {"PMIX_NAMESPACE", "prterun-test-4242@1"},
+                       {"ACTORPIPE_RENDEZVOUS_DIR", dir}};
+  });
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("a rank that never comes: rank 0 names it, within the rendezvous timeout") {
+  std::string dir = freshDirectory();
+  caf::actor_system_config config;
+  actorpipe::remote::configure(config);
+  caf::actor_system system{config};
+  JobOptions options;
+  options.environment = {{"ACTORPIPE_RANK", "0"},
+                         {"ACTORPIPE_WORLD_SIZE", "2"},
+                         {"ACTORPIPE_RENDEZVOUS", "file://" + dir + "/rank0"}};
+  options.rendezvousTimeout = std::chrono::milliseconds(500);
+  std::unique_ptr<Job> job;
+  auto error = Job::join(system, options, job);
+  REQUIRE(error);
+  CHECK(!job);
+  CHECK(std::string(error.what()).find("rank 1 of 2 never") != std::string::npos);
+  MESSAGE(error.what());
+  options.environment = {{"ACTORPIPE_WORLD_SIZE", "2"}};  // no rank at all
+  error = Job::join(system, options, job);
+  REQUIRE(error);
+  MESSAGE(error.what());
+  std::remove((dir + "/rank0").c_str());
+  ::rmdir(dir.c_str());
+}
