@@ -30,6 +30,9 @@
 // answer arrived is lost with that node (at most once, as torch-ipc's
 // channels across processes).
 //
+// Inside an actor, do not call these blocking operations: request the
+// owner() instead (channel_read_atom answers (Status byte, item)).
+//
 // Thread model: a RemoteChannel is a handle, copyable and usable from any
 // thread; each call blocks its thread (a scoped actor per thread, kept
 // while the handle lives) for one round trip, or until the read or write
@@ -161,6 +164,11 @@ class RemoteChannel {
   dataflow::Status status() const {
     return askStatus(dataflow::Status::kDrained, channel_status_atom::value);
   }
+  // The owner's typed actor, for actors: they `request` it themselves and
+  // never block a scheduler thread (a read parks at the owner until an
+  // item comes; the answer is a Status byte and the item).
+  const ChannelActor<T>& owner() const { return owner_; }
+
   // Why the channel behaves as gone (its node was lost or left, or it
   // answered what no channel answers); no error while it works.
   caf::error error() const {

@@ -114,6 +114,42 @@ TEST_CASE("non-blocking operations, a close with items left, Tensors arrive as T
   CHECK(remote->tryRead().status == Status::kDrained);
 }
 
+TEST_CASE("an actor reads a remote channel without blocking: it requests the owner") {
+  TestNode owner, client;
+  Channel<int32_t> numbers(8);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), numbers, "numbers"));
+  auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(remote);
+  auto done = std::make_shared<std::promise<std::vector<int32_t>>>();
+  // Each read is a request whose answer comes when an item does: the
+  // actor holds no thread meanwhile.
+  auto reader = client.system().spawn([done, from = remote->owner()](caf::event_based_actor* self) {
+    auto got = std::make_shared<std::vector<int32_t>>();
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [=] {
+      self->request(from, caf::infinite, actorpipe::remote::channel_read_atom::value)
+          .then([=](uint8_t status, int32_t item) {
+            if (static_cast<Status>(status) == Status::kDrained) {
+              done->set_value(*got);
+              *next = nullptr;
+              return;
+            }
+            got->push_back(item);
+            (*next)();
+          });
+    };
+    (*next)();
+  });
+  for (int32_t i = 0; i < 100; ++i) CHECK(numbers.write(i) == Status::kOpen);
+  numbers.close();
+  auto result = done->get_future();
+  REQUIRE(result.wait_for(10s) == std::future_status::ready);
+  auto got = result.get();
+  REQUIRE(got.size() == 100);
+  for (int32_t i = 0; i < 100; ++i) CHECK(got[size_t(i)] == i);
+  caf::anon_send_exit(reader, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("a channel of another type, or none at all, is refused at open") {
   TestNode owner, client;
   Channel<Tensor> tensors;
