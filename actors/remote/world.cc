@@ -1,5 +1,5 @@
-// A job's nodes: the groups' environment and rendezvous, then a Node.
-#include <actorpipe/actors/remote/job.h>
+// A world (a job's nodes): the groups' environment and rendezvous, then a Node.
+#include <actorpipe/actors/remote/world.h>
 
 #include <actorpipe/actors/backends.h>
 #include <actorpipe/actors/group/environment.h>
@@ -10,7 +10,7 @@
 
 namespace actorpipe::remote {
 
-Error Job::join(caf::actor_system& system, JobOptions options, std::unique_ptr<Job>& job) {
+Error World::join(caf::actor_system& system, WorldOptions options, std::unique_ptr<World>& world) {
   group::RankInfo info;
   if (Error error = group::rankInfoFromEnvironment(info, options.environment)) return error;
   if (options.node.secret.empty()) {
@@ -18,7 +18,7 @@ Error Job::join(caf::actor_system& system, JobOptions options, std::unique_ptr<J
       return error;
     }
   }
-  std::unique_ptr<Job> made(new Job());
+  std::unique_ptr<World> made(new World());
   made->rank_ = info.rank;
   made->source_ = info.source;
   made->rendezvousAddress_ = info.rendezvous;
@@ -45,11 +45,11 @@ Error Job::join(caf::actor_system& system, JobOptions options, std::unique_ptr<J
     made->urls_.push_back(member.url);
     made->hosts_.push_back(member.host);
   }
-  job = std::move(made);
+  world = std::move(made);
   return Error::kSuccess;
 }
 
-Job::~Job() {
+World::~World() {
   if (rendezvous_) {
     rendezvous_->close();
     rendezvous_->join();
@@ -62,10 +62,10 @@ Job::~Job() {
   }
 }
 
-caf::expected<caf::actor> Job::remoteActor(int rank, const std::string& name) {
-  if (rank < 0 || rank >= worldSize()) {
+caf::expected<caf::actor> World::remoteActor(int rank, const std::string& name) {
+  if (rank < 0 || rank >= size()) {
     return makeError(RemoteError::kNoSuchActor, "rank " + std::to_string(rank) + " is not in a job of " +
-                                                    std::to_string(worldSize()));
+                                                    std::to_string(size()));
   }
   return node_->remoteActor(url(rank), name);
 }

@@ -1,4 +1,4 @@
-// A job's nodes (actors/remote/job.h): three processes started with the
+// A job's nodes (actors/remote/world.h): three processes started with the
 // environment actorpipe-run, Slurm, OpenMPI's mpirun and torchrun set find
 // each other with no address written by hand; each asks the next rank's
 // actor for its rank. A rank that never comes is named.
@@ -18,11 +18,11 @@
 #include "../support/harness.h"
 #include "remote_support.h"
 
-#include <actorpipe/actors/remote/job.h>
+#include <actorpipe/actors/remote/world.h>
 
 using namespace remote_test;
-using actorpipe::remote::Job;
-using actorpipe::remote::JobOptions;
+using actorpipe::remote::World;
+using actorpipe::remote::WorldOptions;
 using testing::Child;
 using Environment = std::map<std::string, std::string>;
 
@@ -59,22 +59,22 @@ int rankBody(Child& self, Environment environment, const std::string& source) {
   actorpipe::remote::configure(config);
   config.set("scheduler.max-threads", 2);
   caf::actor_system system{config};
-  JobOptions options;
+  WorldOptions options;
   options.environment = std::move(environment);
   options.rendezvousTimeout = std::chrono::seconds(30);
-  std::unique_ptr<Job> job;
-  if (auto error = Job::join(system, options, job)) {
+  std::unique_ptr<World> world;
+  if (auto error = World::join(system, options, world)) {
     self.send(std::string("join failed: ") + error.what());
     return 1;
   }
-  CHILD_CHECK(job->worldSize() == kRanks);
-  CHILD_CHECK(job->source() == source);
+  CHILD_CHECK(world->size() == kRanks);
+  CHILD_CHECK(world->source() == source);
   // Rank r leaves once it has its answer and rank r-1 has said it got
   // r's: leaving earlier could cut a reply still on its way.
   auto heard = std::make_shared<std::promise<void>>();
   auto once = std::make_shared<std::atomic<bool>>(false);
-  int rank = job->rank();
-  job->node().publish(system.spawn([rank, heard, once]() -> caf::behavior {
+  int rank = world->rank();
+  world->node().publish(system.spawn([rank, heard, once]() -> caf::behavior {
                         return {
                             [=](get_atom) { return int32_t(rank); },
                             [=](heard_atom) {
@@ -89,7 +89,7 @@ int rankBody(Child& self, Environment environment, const std::string& source) {
   std::string problem;
   // The next rank may not have published yet: ask until it has.
   for (int attempt = 0; attempt < 400 && answer < 0; ++attempt) {
-    auto actor = job->remoteActor(next, "rank");
+    auto actor = world->remoteActor(next, "rank");
     if (!actor) {
       problem = system.render(actor.error());
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
@@ -185,19 +185,19 @@ TEST_CASE("a rank that never comes: rank 0 names it, within the rendezvous timeo
   caf::actor_system_config config;
   actorpipe::remote::configure(config);
   caf::actor_system system{config};
-  JobOptions options;
+  WorldOptions options;
   options.environment = {{"ACTORPIPE_RANK", "0"},
                          {"ACTORPIPE_WORLD_SIZE", "2"},
                          {"ACTORPIPE_RENDEZVOUS", "file://" + dir + "/rank0"}};
   options.rendezvousTimeout = std::chrono::milliseconds(500);
-  std::unique_ptr<Job> job;
-  auto error = Job::join(system, options, job);
+  std::unique_ptr<World> world;
+  auto error = World::join(system, options, world);
   REQUIRE(error);
-  CHECK(!job);
+  CHECK(!world);
   CHECK(std::string(error.what()).find("rank 1 of 2 never") != std::string::npos);
   MESSAGE(error.what());
   options.environment = {{"ACTORPIPE_WORLD_SIZE", "2"}};  // no rank at all
-  error = Job::join(system, options, job);
+  error = World::join(system, options, world);
   REQUIRE(error);
   MESSAGE(error.what());
   std::remove((dir + "/rank0").c_str());

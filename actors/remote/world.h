@@ -1,13 +1,13 @@
 #pragma once
-// A job's nodes: every process of a job started by actorpipe-run, Slurm,
+// A world: the nodes of a job. Every process of a job started by actorpipe-run, Slurm,
 // OpenMPI's mpirun or torchrun (or a Kubernetes StatefulSet that sets
 // torchrun's variables) becomes a Node and learns every other rank's node
 // URL, with no address written by hand.
 //
-//   std::unique_ptr<remote::Job> job;
-//   if (Error e = remote::Job::join(system, remote::JobOptions(), job)) ...
-//   job->node().publish(worker, "worker");
-//   auto next = job->remoteActor((job->rank() + 1) % job->worldSize(), "worker");
+//   std::unique_ptr<remote::World> world;
+//   if (Error e = remote::World::join(system, remote::WorldOptions(), world)) ...
+//   world->node().publish(worker, "worker");
+//   auto next = world->remoteActor((world->rank() + 1) % world->size(), "worker");
 //
 // Who this process is comes from the environment as the process groups read
 // it (actors/group/environment.h: ACTORPIPE_RANK..., SLURM_PROCID...,
@@ -36,23 +36,23 @@ class Context;
 
 namespace actorpipe::remote {
 
-struct JobOptions {
+struct WorldOptions {
   NodeOptions node;  // its listen addresses are the job's (see above)
   std::chrono::milliseconds rendezvousTimeout{std::chrono::seconds(60)};
   // Read before the environment (tests; or a program that knows better).
   std::map<std::string, std::string> environment;
 };
 
-class Job {
+class World {
  public:
-  // Joins the job the environment describes; on success `job` holds this
+  // Joins the job the environment describes; on success `world` holds this
   // rank's node and every rank's URL.
-  static Error join(caf::actor_system& system, JobOptions options, std::unique_ptr<Job>& job);
-  ~Job();
+  static Error join(caf::actor_system& system, WorldOptions options, std::unique_ptr<World>& world);
+  ~World();
 
   Node& node() { return *node_; }
   int rank() const { return rank_; }
-  int worldSize() const { return static_cast<int>(urls_.size()); }
+  int size() const { return static_cast<int>(urls_.size()); }
   // "actorpipe", "slurm", "openmpi" or "torchrun".
   const std::string& source() const { return source_; }
   // Rank r's node URL (tcp) and host name.
@@ -63,7 +63,7 @@ class Job {
   caf::expected<caf::actor> remoteActor(int rank, const std::string& name);
 
  private:
-  Job() = default;
+  World() = default;
 
   std::unique_ptr<Node> node_;
   std::shared_ptr<Context> rendezvous_;  // rank 0's holds the rendezvous file
