@@ -108,6 +108,29 @@ TEST_CASE("answers are taken only for jobs the answering worker holds") {
   CHECK(queue.unanswered() == 0);
 }
 
+TEST_CASE("an owner answering a status that is no Status: the worker is done, with the reason") {
+  TestNode owner, node;
+  using namespace actorpipe::remote;
+  auto liar = owner.system().spawn([]() -> WorkQueueActor<int32_t, int32_t>::behavior_type {
+    return {
+        [](work_read_atom) { return std::make_tuple(uint8_t(200), uint64_t(1), int32_t(7)); },
+        [](work_try_read_atom) { return std::make_tuple(uint8_t(4), uint64_t(1), int32_t(7)); },
+        [](work_answer_atom, uint64_t, int32_t) { return true; },
+        [](work_fail_atom, uint64_t, std::string) { return true; },
+    };
+  });
+  REQUIRE(!owner.node().publish(liar, "workqueue:liar"));
+  auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("tcp"), "liar");
+  REQUIRE(worker);
+  auto job = worker->read();
+  CHECK(!job);
+  CHECK(job.status == Status::kDrained);
+  CHECK(node.system().render(worker->error()).find("status 200") != std::string::npos);
+  // Gone for good: nothing more is asked or answered.
+  CHECK(worker->tryRead().status == Status::kDrained);
+  CHECK(!worker->answer(1, 2));
+}
+
 TEST_CASE("a remote worker destroyed with a job unanswered: the owner gets WorkerLost") {
   TestNode owner, node;
   WorkQueue<int32_t, int32_t> queue;
