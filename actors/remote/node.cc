@@ -58,6 +58,10 @@ Error Node::publishActor(caf::strong_actor_ptr actor, std::set<std::string> inte
   return core_->publish(std::move(actor), std::move(interface), name);
 }
 
+void Node::hostOnLoop(caf::strong_actor_ptr actor, std::chrono::microseconds budget) {
+  detail::LoopUnit::of(system_).host(actor, budget);
+}
+
 void Node::unpublish(const std::string& name) { core_->unpublish(name); }
 
 caf::expected<caf::strong_actor_ptr> Node::lookupActor(const std::string& url,

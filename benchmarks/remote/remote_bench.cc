@@ -133,6 +133,9 @@ Child serveNode(bool shm) {
     caf::actor_system system{cfg};
     remote::Node node(system, nodeOptions(shm));
     node.publish(system.spawn(echo), "echo");
+    auto hosted = system.spawn(echo);
+    node.runOnLoop(hosted);
+    node.publish(hosted, "echo-on-loop");
     // Channels for remote writes (drained here) and remote reads (kept
     // full here), so neither side ever waits for the other.
     dataflow::Channel<int64_t> sink(1024), source(1024);
@@ -157,13 +160,15 @@ Child serveMiddleman() {
   });
 }
 
-// Round trips of `message` to `target`, each started by the previous reply.
+// Round trips of `message` to `target`, each started by the previous reply;
+// with `host`, the asking actor runs on that node's loop (Node::runOnLoop).
 template <class Reply>
 std::vector<double> pingPong(caf::actor_system& system, caf::actor target, caf::message message,
-                             int warmup, int iterations) {
+                             int warmup, int iterations, remote::Node* host = nullptr) {
   auto done = std::make_shared<std::promise<std::vector<double>>>();
   auto future = done->get_future();
-  system.spawn([=](caf::event_based_actor* self) {
+  // Lazy: it starts with its first message, once it is hosted.
+  auto asker = system.spawn<caf::lazy_init>([=](caf::event_based_actor* self) -> caf::behavior {
     auto samples = std::make_shared<std::vector<double>>();
     samples->reserve(iterations);
     auto next = std::make_shared<std::function<void(int)>>();
@@ -181,15 +186,19 @@ std::vector<double> pingPong(caf::actor_system& system, caf::actor target, caf::
                 } else {
                   done->set_value(*samples);
                   *next = nullptr;  // the closure held itself
+                  self->quit();
                 }
               },
               [=](caf::error&) {
                 done->set_value({});
                 *next = nullptr;
+                self->quit();
               });
     };
-    (*next)(warmup + iterations);
+    return {[=](int) { (*next)(warmup + iterations); }};
   });
+  if (host) host->runOnLoop(asker);
+  caf::anon_send(asker, 0);
   return future.get();
 }
 
@@ -314,6 +323,11 @@ int main(int argc, char** argv) {
           auto samples = pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
                                            o.iterations / 10, o.iterations);
           add("remote actor request/reply, 8 B, " + name, median(samples), "us");
+          auto onLoop = node.remoteActor(url, "echo-on-loop");
+          if (!onLoop) return 1;
+          auto hosted = pingPong<int64_t>(system, *onLoop, caf::make_message(int64_t(8)),
+                                          o.iterations / 10, o.iterations, &node);
+          add("remote actor request/reply, 8 B, " + name + ", on loop", median(hosted), "us");
           if (name == "shm") {
             auto tiny = pingPong<Tensor>(system, *target,
                                          caf::make_message(Tensor::zeros({32}, DType::kUint8)),
@@ -321,6 +335,8 @@ int main(int argc, char** argv) {
             add("remote actor request/reply, 32 B tensor, shm", median(tiny), "us");
             add("remote actor one-way, int32, shm", oneWay(system, *target, o.messages) / 1e6,
                 "M msgs/s");
+            add("remote actor one-way, int32, shm, on loop",
+                oneWay(system, *onLoop, o.messages) / 1e6, "M msgs/s");
             auto sink = remote::RemoteChannel<int64_t>::open(node, url, "sink");
             auto source = remote::RemoteChannel<int64_t>::open(node, url, "source");
             if (!sink || !source) {
@@ -384,10 +400,20 @@ int main(int argc, char** argv) {
               med("remote actor request/reply, 8 B, tcp") / med("pipe round trip, 8 B, tcp"));
   std::printf("  remote request/reply shm / pipe round trip shm:   %.2f\n",
               med("remote actor request/reply, 8 B, shm") / med("pipe round trip, 8 B, shm"));
+  std::printf("  on loop: request/reply tcp / pipe round trip tcp: %.2f\n",
+              med("remote actor request/reply, 8 B, tcp, on loop") / med("pipe round trip, 8 B, tcp"));
+  std::printf("  on loop: request/reply shm / pipe round trip shm: %.2f\n",
+              med("remote actor request/reply, 8 B, shm, on loop") / med("pipe round trip, 8 B, shm"));
   std::printf("  CAF middleman / remote request/reply tcp:         %.1f x slower\n",
               med("CAF middleman request/reply, 8 B, tcp") / med("remote actor request/reply, 8 B, tcp"));
+  std::printf("  CAF middleman / remote request/reply tcp, on loop: %.1f x slower\n",
+              med("CAF middleman request/reply, 8 B, tcp") /
+                  med("remote actor request/reply, 8 B, tcp, on loop"));
   std::printf("  remote one-way shm / CAF middleman one-way:       %.1f x\n",
               med("remote actor one-way, int32, shm") / med("CAF middleman one-way, int32, tcp"));
+  std::printf("  remote one-way shm, on loop / CAF middleman:      %.1f x\n",
+              med("remote actor one-way, int32, shm, on loop") /
+                  med("CAF middleman one-way, int32, tcp"));
   std::printf("  remote 64 MiB echo / pipe 64 MiB echo:            %.2f\n",
               med("remote actor 64 MiB tensor echo, shm") /
                   med("pipe 64 MiB tensor echo, shm + cma"));

@@ -3,6 +3,7 @@
 #include <actorpipe/runtime/detail/check.h>
 #include <actorpipe/runtime/detail/log.h>
 
+#include <pthread.h>
 #include <uv.h>
 
 #include <algorithm>
@@ -35,6 +36,10 @@ Loop::Loop(std::string name) : name_(std::move(name)) {
   std::atomic<bool> started{false};
   thread_ = std::thread([this, &started] {
     threadId_ = std::this_thread::get_id();
+    // "ap." and the loop's name, as `top -H` and debuggers show it (the
+    // kernel keeps 15 bytes).
+    std::string thread = ("ap." + name_).substr(0, 15);
+    pthread_setname_np(pthread_self(), thread.c_str());
     started.store(true, std::memory_order_release);
     run();
   });

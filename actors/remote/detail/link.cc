@@ -15,6 +15,7 @@
 
 #include <actorpipe/actors/pipe_tensor.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/loop_unit.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/runtime/detail/log.h>
 
@@ -150,6 +151,7 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       pipe_(std::move(pipe)),
       url_(std::move(url)),
       pool_(node->pool()),
+      unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
       lastWrite_(ticks(Clock::now())) {}
 
@@ -485,9 +487,13 @@ void Link::readNext() {
       }
       self->lastRead_ = ticks(Clock::now());
       releaseHandoff();
-      for (size_t i = 0; i < entries->size() && !self->dead(); ++i) {
-        Incoming& in = (*incoming)[i];
-        self->onFrame(std::move((*entries)[i].frame), in.payload, std::move(in.tensors), in.bytes);
+      {
+        // Hosted actors woken by this batch run here, once it is delivered.
+        LoopUnit::Batch hosted(self->unit_);
+        for (size_t i = 0; i < entries->size() && !self->dead(); ++i) {
+          Incoming& in = (*incoming)[i];
+          self->onFrame(std::move((*entries)[i].frame), in.payload, std::move(in.tensors), in.bytes);
+        }
       }
       if (!self->dead()) self->readNext();
     });
@@ -637,7 +643,7 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
         caf::mailbox_element_ptr(new CountedElement(std::move(waiting.target),
                                                     waiting.mid.response_id(), std::move(content),
                                                     weak_from_this(), bytes)),
-        nullptr);
+        &unit_);
     return;
   }
   auto node = node_.lock();
@@ -665,7 +671,7 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
   target->enqueue(caf::mailbox_element_ptr(new CountedElement(std::move(sender), mid,
                                                               std::move(content),
                                                               weak_from_this(), bytes)),
-                  nullptr);
+                  &unit_);
 }
 
 caf::strong_actor_ptr Link::proxyFor(caf::actor_id aid) {

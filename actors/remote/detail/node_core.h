@@ -32,6 +32,7 @@
 
 #include <actorpipe/actors/remote/detail/buffer_pool.h>
 #include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/detail/loop_unit.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/actors/tensor.h>
 #include <actorpipe/runtime/context.h>
@@ -179,6 +180,8 @@ class Link : public std::enable_shared_from_this<Link> {
   std::shared_ptr<Pipe> pipe_;
   const std::string url_;
   const std::shared_ptr<BufferPool> pool_;
+  // Peers' messages are enqueued with it: hosted actors run on the loop.
+  LoopUnit& unit_;
 
   std::atomic<int64_t> lastRead_;
   std::atomic<int64_t> lastWrite_;
