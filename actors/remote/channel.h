@@ -124,6 +124,9 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
 template <class T>
 Error exportChannel(Node& node, const dataflow::Channel<T>& channel, const std::string& name) {
   auto owner = node.system().spawn(detail::channelOwner<T>, channel);
+  // Its handlers never block (a full or empty channel parks the request):
+  // it runs where its peers' requests are read (Node::runOnLoop).
+  node.runOnLoop(owner);
   Error error = node.publish(owner, detail::channelName(name));
   if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return error;

@@ -176,6 +176,9 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
 template <class Q, class A>
 Error exportWorkQueue(Node& node, const dataflow::WorkQueue<Q, A>& queue, const std::string& name) {
   auto owner = node.system().spawn(detail::workQueueOwner<Q, A>, queue);
+  // Its handlers never block (a full or empty channel parks the request):
+  // it runs where its peers' requests are read (Node::runOnLoop).
+  node.runOnLoop(owner);
   Error error = node.publish(owner, detail::workQueueName(name));
   if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return error;
