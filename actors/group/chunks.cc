@@ -14,7 +14,7 @@ size_t defaultChunkBytes(size_t totalBytes) {
   return std::clamp<size_t>(totalBytes / 8, size_t{256} << 10, size_t{4} << 20);
 }
 
-std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chunkBytes) {
+std::vector<Chunk> cutIntoChunks(const std::vector<TensorView>& tensors, size_t chunkBytes) {
   std::vector<Chunk> chunks;
   Chunk current;
   size_t packed = 0;

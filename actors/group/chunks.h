@@ -23,7 +23,7 @@ struct Chunk {
 
 // Always at least one chunk (possibly empty), so that even a call without
 // data makes one trip up and down the tree (a barrier).
-std::vector<Chunk> cutIntoChunks(const std::vector<Tensor>& tensors, size_t chunkBytes);
+std::vector<Chunk> cutIntoChunks(const std::vector<TensorView>& tensors, size_t chunkBytes);
 
 // The chunk size used when the caller does not set one.
 size_t defaultChunkBytes(size_t totalBytes);

@@ -130,11 +130,11 @@ Error Server::send(int client, const Outgoing& message) { return mailbox_->send(
 Error Server::broadcast(const Outgoing& message) { return mailbox_->send(mailbox_->peers(), message); }
 
 Error Server::receive(int client, Received& message, const std::string& tag,
-                      const std::vector<Tensor>& into, Timeout timeout) {
+                      const std::vector<TensorView>& into, Timeout timeout) {
   return mailbox_->receive(client, false, tag, into, message, timeout);
 }
 
-Error Server::receiveAny(Received& message, const std::string& tag, const std::vector<Tensor>& into,
+Error Server::receiveAny(Received& message, const std::string& tag, const std::vector<TensorView>& into,
                          Timeout timeout) {
   return mailbox_->receive(-1, true, tag, into, message, timeout);
 }
@@ -211,7 +211,7 @@ Client::~Client() { mailbox_->shutdown(); }
 
 Error Client::send(const Outgoing& message) { return mailbox_->send({-1}, message); }
 
-Error Client::receive(Received& message, const std::string& tag, const std::vector<Tensor>& into,
+Error Client::receive(Received& message, const std::string& tag, const std::vector<TensorView>& into,
                       Timeout timeout) {
   return mailbox_->receive(-1, false, tag, into, message, timeout);
 }

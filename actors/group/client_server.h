@@ -50,7 +50,7 @@ struct Outgoing {
   std::string tag;
   uint64_t id{0};  // 0: the next number of this sender
   std::string data;
-  std::vector<Tensor> tensors;  // must stay valid until send() returns
+  std::vector<TensorView> tensors;  // must stay valid until send() returns
 
   Outgoing& withTag(std::string t) {
     tag = std::move(t);
@@ -60,7 +60,7 @@ struct Outgoing {
     data = std::move(d);
     return *this;
   }
-  Outgoing& withTensor(const Tensor& t) {
+  Outgoing& withTensor(const TensorView& t) {
     tensors.push_back(t);
     return *this;
   }
@@ -71,7 +71,7 @@ struct Received {
   std::string tag;
   uint64_t id{0};
   std::string data;
-  std::vector<Tensor> tensors;  // the caller's (received in place) or in `storage`
+  std::vector<TensorView> tensors;  // the caller's (received in place) or in `storage`
   std::vector<std::vector<uint8_t>> storage;
 };
 
@@ -108,12 +108,12 @@ class Server {
   // From one client; `tag` empty takes any tag; `into` (if not empty)
   // receives the tensors in place and must match their sizes.
   Error receive(int client, Received& message, const std::string& tag = "",
-                const std::vector<Tensor>& into = {}, Timeout timeout = kForever);
+                const std::vector<TensorView>& into = {}, Timeout timeout = kForever);
   // From whichever client has a message, taking clients in turn so that a
   // busy one cannot starve the others. A client that died is reported once
   // (as the error) and then left out.
   Error receiveAny(Received& message, const std::string& tag = "",
-                   const std::vector<Tensor>& into = {}, Timeout timeout = kForever);
+                   const std::vector<TensorView>& into = {}, Timeout timeout = kForever);
 
   // Whether a message from `client` is here already (a receive would not wait).
   bool hasMessage(int client) const;
@@ -141,7 +141,7 @@ class Client {
   int id() const { return id_; }  // assigned by the server, in connection order
   Error send(const Outgoing& message);
   Error receive(Received& message, const std::string& tag = "",
-                const std::vector<Tensor>& into = {}, Timeout timeout = kForever);
+                const std::vector<TensorView>& into = {}, Timeout timeout = kForever);
   TrafficStats stats() const;
   void close();
 

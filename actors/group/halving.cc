@@ -89,8 +89,8 @@ void TreeCore::advanceHalving(size_t chunk) {
     for (int k = 0; k < level; ++k) count += op.halvingTheirs[k][chunk];
     if (level == steps) {  // final here: finish it and spread it
       for (const auto& piece : op.chunks[chunk].segments) {
-        const Tensor& tensor = op.tensors[piece.tensor];
-        Tensor result = slice(tensor, piece, bytesOf(tensor) + piece.offset);
+        const TensorView& tensor = op.tensors[piece.tensor];
+        TensorView result = slice(tensor, piece, bytesOf(tensor) + piece.offset);
         if (count == 0) {
           op.reduction->fillIdentity(result);
         } else {
@@ -116,7 +116,7 @@ void TreeCore::advanceHalving(size_t chunk) {
     try {
       for (const auto& piece : op.chunks[chunk].segments) {
         if (theirs == 0) break;
-        const Tensor& tensor = op.tensors[piece.tensor];
+        const TensorView& tensor = op.tensors[piece.tensor];
         uint8_t* own = bytesOf(tensor) + piece.offset;
         uint8_t* other = scratch + piece.packed;
         if (count == 0) {

@@ -266,7 +266,7 @@ ArenaOutcome::Status HostArena::await(std::atomic<uint32_t>& word, std::atomic<u
   }
 }
 
-ArenaOutcome HostArena::allReduce(const std::vector<Tensor>& tensors, const Reduction& reduction,
+ArenaOutcome HostArena::allReduce(const std::vector<TensorView>& tensors, const Reduction& reduction,
                                   bool contributes, uint64_t call, Clock::time_point deadline) {
   deadline_ = deadline;
   ArenaOutcome outcome;
@@ -279,7 +279,7 @@ ArenaOutcome HostArena::allReduce(const std::vector<Tensor>& tensors, const Redu
     return result.status == ArenaOutcome::Status::kDone;
   };
   for (size_t t = 0; t < tensors.size(); ++t) {
-    const Tensor& tensor = tensors[t];
+    const TensorView& tensor = tensors[t];
     const size_t element = dtypeSize(tensor.dtype);
     const size_t perRound = options_.slotBytes / element;
     for (size_t offset = 0; offset < tensor.count; offset += perRound) {
@@ -349,7 +349,7 @@ ArenaOutcome HostArena::runRound(const Round& round) {
   int contributors = 0;
   bool mineFolded = !round.contributes;
   ArenaOutcome outcome;
-  auto view = [&](const uint8_t* at) { return Tensor{const_cast<uint8_t*>(at), count, round.dtype}; };
+  auto view = [&](const uint8_t* at) { return TensorView{const_cast<uint8_t*>(at), count, round.dtype}; };
   for (int j = 0; j < ranks_; ++j) {
     Control& theirs = control(j);
     if (j != rank_) {

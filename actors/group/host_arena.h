@@ -77,7 +77,7 @@ class HostArena {
   HostArena& operator=(const HostArena&) = delete;
 
   // Every rank calls this with the same shapes, reduction and `call` number.
-  ArenaOutcome allReduce(const std::vector<Tensor>& tensors, const Reduction& reduction,
+  ArenaOutcome allReduce(const std::vector<TensorView>& tensors, const Reduction& reduction,
                          bool contributes, uint64_t call,
                          std::chrono::steady_clock::time_point deadline);
   // From any thread: ends the current and every later wait (the group failed).

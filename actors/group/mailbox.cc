@@ -106,7 +106,7 @@ void Mailbox::readNext(Peer& peer) {
   });
 }
 
-void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
+void Mailbox::readHeld(Peer& peer, const std::vector<TensorView>& into,
                        std::shared_ptr<Received> target, std::shared_ptr<Error> result,
                        std::shared_ptr<bool> finished) {
   const Descriptor& d = peer.held;
@@ -151,7 +151,7 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
       target->tensors.push_back(into[i]);
     } else {
       target->storage[i].resize(d.tensors[i].length);
-      target->tensors.push_back(Tensor{target->storage[i].data(), count, dtype});
+      target->tensors.push_back(TensorView{target->storage[i].data(), count, dtype});
     }
     allocation.tensors.push_back({CpuBuffer{target->tensors.back().data}});
   }
@@ -182,7 +182,7 @@ void Mailbox::readHeld(Peer& peer, const std::vector<Tensor>& into,
 }
 
 Error Mailbox::receive(int wanted, bool any, const std::string& tag,
-                       const std::vector<Tensor>& into, Received& message, Timeout timeout) {
+                       const std::vector<TensorView>& into, Received& message, Timeout timeout) {
   const auto deadline = deadlineAfter(timeout);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {

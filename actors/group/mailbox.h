@@ -33,7 +33,7 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
 
   Error send(const std::vector<int>& to, const Outgoing& message);
   // peer < 0 with `any`: fair choice among all peers.
-  Error receive(int peer, bool any, const std::string& tag, const std::vector<Tensor>& into,
+  Error receive(int peer, bool any, const std::string& tag, const std::vector<TensorView>& into,
                 Received& message, Timeout timeout);
 
   // close(), then waits for every callback; on the owner's thread (a pipe
@@ -64,7 +64,7 @@ class Mailbox : public std::enable_shared_from_this<Mailbox> {
   void readNext(Peer& peer);
   // Reads the held descriptor's data into `into` (or allocated storage);
   // `done` fires under the lock.
-  void readHeld(Peer& peer, const std::vector<Tensor>& into, std::shared_ptr<Received> target,
+  void readHeld(Peer& peer, const std::vector<TensorView>& into, std::shared_ptr<Received> target,
                 std::shared_ptr<Error> result, std::shared_ptr<bool> finished);
   static bool tagMatches(const std::string& wanted, const std::string& tag) {
     return wanted.empty() || wanted == tag;

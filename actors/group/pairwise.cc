@@ -45,7 +45,7 @@ void TreeCore::settleExchange(size_t chunk) {
   uint8_t* scratch = links_.front()->scratch.get();
   try {
     for (const auto& segment : op.chunks[chunk].segments) {
-      const Tensor& tensor = op.tensors[segment.tensor];
+      const TensorView& tensor = op.tensors[segment.tensor];
       uint8_t* own = bytesOf(tensor) + segment.offset;
       uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
       if (theirs > 0 && mine == 0) {
@@ -56,7 +56,7 @@ void TreeCore::settleExchange(size_t chunk) {
         op.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
         std::memcpy(own, other, segment.length);
       }
-      Tensor result = slice(tensor, segment, own);
+      TensorView result = slice(tensor, segment, own);
       if (mine + theirs == 0) {
         op.reduction->fillIdentity(result);
       } else {
@@ -116,7 +116,7 @@ void TreeCore::advanceCube() {
     uint8_t* scratch = cube_[step]->scratch.get();
     try {
       for (const auto& segment : op.chunks[0].segments) {
-        const Tensor& tensor = op.tensors[segment.tensor];
+        const TensorView& tensor = op.tensors[segment.tensor];
         uint8_t* own = bytesOf(tensor) + segment.offset;
         uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
         if (theirs == 0) continue;
@@ -133,8 +133,8 @@ void TreeCore::advanceCube() {
       ++op.cubeAt;
       if (op.cubeAt == steps) {
         for (const auto& segment : op.chunks[0].segments) {
-          const Tensor& tensor = op.tensors[segment.tensor];
-          Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+          const TensorView& tensor = op.tensors[segment.tensor];
+          TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
           if (op.cubeCount == 0) {
             op.reduction->fillIdentity(result);
           } else {

@@ -67,7 +67,7 @@ struct DividedBy {
   T operator()(const T& a) const { return a / divisor; }
 };
 
-void requireHost(const Tensor& t) {
+void requireHost(const TensorView& t) {
   if (t.device.type != kCpuDeviceType) {
     throw std::invalid_argument("reductions on " + t.device.type +
                                 " tensors need a build with that device's backend");
@@ -77,7 +77,7 @@ void requireHost(const Tensor& t) {
 // out = a op b, element by element (out may alias a or b: each element is
 // read before it is written).
 template <typename T>
-void combineTyped(Reduction::Kind kind, const Tensor& out, const Tensor& first, const Tensor& second) {
+void combineTyped(Reduction::Kind kind, const TensorView& out, const TensorView& first, const TensorView& second) {
   const T* a = static_cast<const T*>(first.data);
   const T* b = static_cast<const T*>(second.data);
   T* o = static_cast<T*>(out.data);
@@ -114,7 +114,7 @@ void byDType(DType dtype, F&& f) {
 
 } // namespace
 
-void Reduction::apply(const Tensor& accumulator, const Tensor& incoming) const {
+void Reduction::apply(const TensorView& accumulator, const TensorView& incoming) const {
   requireHost(accumulator);
   requireHost(incoming);
   if (kind_ == Kind::kCustom) {
@@ -126,7 +126,7 @@ void Reduction::apply(const Tensor& accumulator, const Tensor& incoming) const {
   });
 }
 
-void Reduction::applyInto(const Tensor& result, const Tensor& first, const Tensor& second) const {
+void Reduction::applyInto(const TensorView& result, const TensorView& first, const TensorView& second) const {
   requireHost(result);
   requireHost(first);
   requireHost(second);
@@ -143,7 +143,7 @@ void Reduction::applyInto(const Tensor& result, const Tensor& first, const Tenso
   });
 }
 
-void Reduction::finish(const Tensor& result, int contributors) const {
+void Reduction::finish(const TensorView& result, int contributors) const {
   if (kind_ != Kind::kAverage || contributors <= 1) return;
   requireHost(result);
   byDType(result.dtype, [&](auto zero) {
@@ -153,7 +153,7 @@ void Reduction::finish(const Tensor& result, int contributors) const {
   });
 }
 
-void Reduction::fillIdentity(const Tensor& tensor) const {
+void Reduction::fillIdentity(const TensorView& tensor) const {
   requireHost(tensor);
   byDType(tensor.dtype, [&](auto zero) {
     using T = decltype(zero);

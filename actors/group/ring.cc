@@ -89,7 +89,7 @@ void TreeCore::onRingData(size_t index, int contributors) {
   int count = op.contributes ? 1 : 0;
   try {
     for (const auto& segment : op.chunks[chunk].segments) {
-      const Tensor& tensor = op.tensors[segment.tensor];
+      const TensorView& tensor = op.tensors[segment.tensor];
       uint8_t* mine = bytesOf(tensor) + segment.offset;
       uint8_t* incoming = ringPrev_->scratch.get() + segment.packed;
       if (contributors == 0) break;
@@ -102,8 +102,8 @@ void TreeCore::onRingData(size_t index, int contributors) {
     count += contributors;
     if (step + 2 == n) {  // this rank finishes the chunk
       for (const auto& segment : op.chunks[chunk].segments) {
-        const Tensor& tensor = op.tensors[segment.tensor];
-        Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+        const TensorView& tensor = op.tensors[segment.tensor];
+        TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
         if (count == 0) {
           op.reduction->fillIdentity(result);
         } else {

@@ -22,19 +22,20 @@ using ::actorpipe::dtypeSize;
 // device tensor fails its collective with a LogicError instead of being
 // touched as host memory.
 //
-// An actorpipe::Tensor converts to this view (its elements, in place), so
-// every collective takes the library's Tensor as it is; the Tensor must
-// outlive the collective, as the memory of any view must.
-struct Tensor {
+// Not a second Tensor: a view, named so. An actorpipe::Tensor converts to
+// one (its elements, in place), so every collective takes the library's
+// Tensor as it is; the Tensor must outlive the collective, as the memory of
+// any view must.
+struct TensorView {
   void* data{nullptr};
   size_t count{0};
   DType dtype{DType::kFloat32};
   Device device{kCpuDeviceType, 0};
 
-  Tensor() = default;
-  Tensor(void* data, size_t count, DType dtype, Device device = Device::cpu())
+  TensorView() = default;
+  TensorView(void* data, size_t count, DType dtype, Device device = Device::cpu())
       : data(data), count(count), dtype(dtype), device(std::move(device)) {}
-  /* implicit */ Tensor(const ::actorpipe::Tensor& tensor)
+  /* implicit */ TensorView(const ::actorpipe::Tensor& tensor)
       : data(tensor.rawData()),
         count(static_cast<size_t>(tensor.numel())),
         dtype(tensor.dtype()),
@@ -44,12 +45,12 @@ struct Tensor {
 };
 
 template <typename T>
-Tensor tensorOf(std::vector<T>& values) {
-  return Tensor{values.data(), values.size(), dtypeOf<T>()};
+TensorView tensorOf(std::vector<T>& values) {
+  return TensorView{values.data(), values.size(), dtypeOf<T>()};
 }
 template <typename T>
-Tensor tensorOf(T* values, size_t count) {
-  return Tensor{values, count, dtypeOf<T>()};
+TensorView tensorOf(T* values, size_t count) {
+  return TensorView{values, count, dtypeOf<T>()};
 }
 
 // How two contributions combine: `accumulator = accumulator op incoming`.
@@ -60,7 +61,7 @@ Tensor tensorOf(T* values, size_t count) {
 class Reduction {
  public:
   enum class Kind { kSum, kProduct, kMin, kMax, kAverage, kCustom };
-  using Combine = std::function<void(const Tensor& accumulator, const Tensor& incoming)>;
+  using Combine = std::function<void(const TensorView& accumulator, const TensorView& incoming)>;
 
   static Reduction sum() { return Reduction(Kind::kSum); }
   static Reduction product() { return Reduction(Kind::kProduct); }
@@ -77,15 +78,15 @@ class Reduction {
 
   Kind kind() const { return kind_; }
   // accumulator = accumulator op incoming (same dtype, same count).
-  void apply(const Tensor& accumulator, const Tensor& incoming) const;
+  void apply(const TensorView& accumulator, const TensorView& incoming) const;
   // result = first op second, in one pass. `result` may be `first`, or (not
   // for custom reductions, which combine in place) `second`.
-  void applyInto(const Tensor& result, const Tensor& first, const Tensor& second) const;
+  void applyInto(const TensorView& result, const TensorView& first, const TensorView& second) const;
   bool isCustom() const { return kind_ == Kind::kCustom; }
   // After every contribution is in: the average's division.
-  void finish(const Tensor& result, int contributors) const;
+  void finish(const TensorView& result, int contributors) const;
   // The value a rank that contributes nothing stands for, when nobody does.
-  void fillIdentity(const Tensor& tensor) const;
+  void fillIdentity(const TensorView& tensor) const;
 
  private:
   explicit Reduction(Kind kind) : kind_(kind) {}

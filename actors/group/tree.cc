@@ -15,7 +15,7 @@ Tree::~Tree() { core_->shutdown(); }
 
 namespace {
 
-std::shared_ptr<Operation> allReduceOf(const std::vector<Tensor>& tensors, const Reduction& op,
+std::shared_ptr<Operation> allReduceOf(const std::vector<TensorView>& tensors, const Reduction& op,
                                        bool contributes, size_t chunkBytes) {
   auto operation = std::make_shared<Operation>();
   operation->kind = Operation::Kind::kAllReduce;
@@ -140,11 +140,11 @@ const TreeNode& Tree::node() const { return core_->tree[core_->info.rank]; }
 std::vector<std::string> Tree::links() const { return core_->describeLinks(); }
 
 
-Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op) {
+Error Tree::allReduce(const std::vector<TensorView>& tensors, const Reduction& op) {
   return allReduce(tensors, op, Contribution::kData, nullptr);
 }
 
-Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
+Error Tree::allReduce(const std::vector<TensorView>& tensors, const Reduction& op,
                       Contribution contribution, int* contributors) {
   if (core_->onArena()) {
     return core_->allReduceOnArena(tensors, op, contribution == Contribution::kData, contributors);
@@ -172,7 +172,7 @@ Error Tree::allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
   return error;
 }
 
-Error Tree::broadcast(const std::vector<Tensor>& tensors) {
+Error Tree::broadcast(const std::vector<TensorView>& tensors) {
   static const Reduction unused = Reduction::sum();
   auto operation = allReduceOf(tensors, unused, true, core_->plan.chunkBytes);
   operation->kind = Operation::Kind::kBroadcast;
@@ -180,7 +180,7 @@ Error Tree::broadcast(const std::vector<Tensor>& tensors) {
   return core_->run(operation);
 }
 
-Error Tree::scatter(const std::vector<Tensor>& perRank, const Tensor& mine) {
+Error Tree::scatter(const std::vector<TensorView>& perRank, const TensorView& mine) {
   auto operation = std::make_shared<Operation>();
   operation->kind = Operation::Kind::kScatter;
   operation->name = "scatter";

@@ -109,18 +109,18 @@ class Tree {
   std::vector<std::string> links() const;
 
   // Every rank ends with op(all contributions) in `tensors`.
-  Error allReduce(const std::vector<Tensor>& tensors, const Reduction& op);
+  Error allReduce(const std::vector<TensorView>& tensors, const Reduction& op);
   // Uneven steps: ranks with kNothing contribute nothing (their tensors
   // only give the shape and receive the result); `contributors` (if set)
   // gets how many ranks contributed. With no contributor at all, the result
   // is the reduction's identity (0 for sum, 1 for product, ...).
-  Error allReduce(const std::vector<Tensor>& tensors, const Reduction& op,
+  Error allReduce(const std::vector<TensorView>& tensors, const Reduction& op,
                   Contribution contribution, int* contributors = nullptr);
   // Rank 0's tensors, copied into every rank's.
-  Error broadcast(const std::vector<Tensor>& tensors);
+  Error broadcast(const std::vector<TensorView>& tensors);
   // Rank 0 passes one tensor per rank in `perRank` (each shaped like `mine`);
   // every rank receives its own into `mine`. Others pass an empty `perRank`.
-  Error scatter(const std::vector<Tensor>& perRank, const Tensor& mine);
+  Error scatter(const std::vector<TensorView>& perRank, const TensorView& mine);
   Error barrier();
 
   // Fails pending collectives with a ContextClosedError; idempotent.

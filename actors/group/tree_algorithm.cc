@@ -92,7 +92,7 @@ void TreeCore::climb(size_t chunk) {
       const int theirs = op.childContributors[link->childIndex][chunk];
       if (theirs == 0) continue;
       for (const auto& segment : op.chunks[chunk].segments) {
-        const Tensor& tensor = op.tensors[segment.tensor];
+        const TensorView& tensor = op.tensors[segment.tensor];
         uint8_t* mine = bytesOf(tensor) + segment.offset;
         uint8_t* incoming = link->scratch.get() + segment.packed;
         if (contributors == 0) {
@@ -105,8 +105,8 @@ void TreeCore::climb(size_t chunk) {
     }
     if (me().parent < 0) {
       for (const auto& segment : op.chunks[chunk].segments) {
-        const Tensor& tensor = op.tensors[segment.tensor];
-        Tensor result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+        const TensorView& tensor = op.tensors[segment.tensor];
+        TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
         if (contributors == 0) {
           op.reduction->fillIdentity(result);
         } else {
@@ -215,7 +215,7 @@ void TreeCore::beginScatter() {
   Operation& op = *operation_;
   op.subtree = subtreeOf(tree, info.rank);
   if (me().parent >= 0) return;  // waits for its share from the parent
-  const Tensor& mine = op.tensors[0];
+  const TensorView& mine = op.tensors[0];
   if (op.perRank.size() != static_cast<size_t>(info.worldSize)) {
     fail(ACTORPIPE_ERROR(LogicError, "scatter at rank 0 needs one tensor per rank (" +
                                          std::to_string(info.worldSize) + "), got " +

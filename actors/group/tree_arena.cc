@@ -45,7 +45,7 @@ void TreeCore::adoptArena(std::unique_ptr<HostArena> arena, std::string note) {
   if (arena_ && broken_) arena_->interrupt();
 }
 
-Error TreeCore::allReduceOnArena(const std::vector<Tensor>& tensors, const Reduction& op,
+Error TreeCore::allReduceOnArena(const std::vector<TensorView>& tensors, const Reduction& op,
                                  bool contributes, int* contributors) {
   std::lock_guard<std::mutex> oneAtATime(callers_);
   if (Error error = checkTensors("allReduce", tensors)) return error;

@@ -624,7 +624,7 @@ void TreeCore::endCollective() {
   if (deferredAbort_) fail(deferredAbort_, deferredCollective_);
 }
 
-Error TreeCore::checkTensors(const char* name, const std::vector<Tensor>& tensors) const {
+Error TreeCore::checkTensors(const char* name, const std::vector<TensorView>& tensors) const {
   for (const auto& tensor : tensors) {
     if (tensor.device.type != kCpuDeviceType) {
       return ACTORPIPE_ERROR(LogicError, std::string(name) + " on " + tensor.device.type +

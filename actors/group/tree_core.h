@@ -36,12 +36,12 @@
 namespace actorpipe::group {
 
 // Small helpers shared by the algorithms' files.
-inline Tensor slice(const Tensor& tensor, const Segment& segment, void* base) {
+inline TensorView slice(const TensorView& tensor, const Segment& segment, void* base) {
   const size_t element = dtypeSize(tensor.dtype);
-  return Tensor{base, segment.length / element, tensor.dtype, tensor.device};
+  return TensorView{base, segment.length / element, tensor.dtype, tensor.device};
 }
 
-inline uint8_t* bytesOf(const Tensor& tensor) { return static_cast<uint8_t*>(tensor.data); }
+inline uint8_t* bytesOf(const TensorView& tensor) { return static_cast<uint8_t*>(tensor.data); }
 
 inline Message::Tensor outgoing(void* data, size_t length) {
   Message::Tensor tensor;
@@ -79,7 +79,7 @@ struct Operation {
   Kind kind{Kind::kAllReduce};
   uint64_t sequence{0};
   const char* name{"allReduce"};
-  std::vector<Tensor> tensors;
+  std::vector<TensorView> tensors;
   const Reduction* reduction{nullptr};
   bool contributes{true};
   std::vector<Chunk> chunks;
@@ -129,7 +129,7 @@ struct Operation {
   std::vector<int> cubeTheirs;
 
   // Scatter: the root's per-rank tensors, and this rank's subtree share.
-  std::vector<Tensor> perRank;
+  std::vector<TensorView> perRank;
   std::vector<int> subtree;
 
   int pendingWrites{0};
@@ -173,7 +173,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   ArenaOptions arenaOptions() const;
   void adoptArena(std::unique_ptr<HostArena> arena, std::string note);
   bool onArena() const { return arena_ != nullptr; }
-  Error allReduceOnArena(const std::vector<Tensor>& tensors, const Reduction& op,
+  Error allReduceOnArena(const std::vector<TensorView>& tensors, const Reduction& op,
                          bool contributes, int* contributors);
 
   RankInfo info;
@@ -184,7 +184,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
  private:
   const TreeNode& me() const { return tree[info.rank]; }
   Error connectLinks(const std::vector<Member>& table);
-  Error checkTensors(const char* name, const std::vector<Tensor>& tensors) const;
+  Error checkTensors(const char* name, const std::vector<TensorView>& tensors) const;
   void endCollective();
   void readNext(Link& link);
   void onDescriptor(Link& link, const Error& error, Descriptor descriptor);

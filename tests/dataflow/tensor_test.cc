@@ -86,6 +86,6 @@ TEST_CASE("tensor: one Device for tensors, pipes and groups") {
   CHECK(t.device() == actorpipe::Device{actorpipe::kCpuDeviceType, 0});
   CHECK(t.device().isCpu());
   CHECK(!Device::cuda(1).isCpu());
-  actorpipe::group::Tensor g;
+  actorpipe::group::TensorView g;
   CHECK(g.device == t.device());
 }

@@ -111,7 +111,7 @@ void checkSum(Tree& tree) {
 
   // A custom reduction: the larger absolute value, keeping its sign.
   std::vector<float> signedValues(4, (r % 2 ? -1.0f : 1.0f) * float(r + 1));
-  auto largestMagnitude = Reduction::custom([](const Tensor& acc, const Tensor& in) {
+  auto largestMagnitude = Reduction::custom([](const TensorView& acc, const TensorView& in) {
     auto* a = static_cast<float*>(acc.data);
     auto* b = static_cast<const float*>(in.data);
     for (size_t i = 0; i < acc.count; ++i) a[i] = std::fabs(b[i]) > std::fabs(a[i]) ? b[i] : a[i];
@@ -230,7 +230,7 @@ void checkBroadcastAndScatter(Tree& tree) {
     for (size_t i = 0; i < extra.size(); ++i) expect(extra[i] == 0.5 * double(i), "broadcast extra");
   }
   std::vector<std::vector<int64_t>> shares;
-  std::vector<Tensor> perRank;
+  std::vector<TensorView> perRank;
   if (r == 0) {
     shares.resize(n);
     for (int k = 0; k < n; ++k) {

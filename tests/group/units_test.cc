@@ -94,7 +94,7 @@ TEST_CASE("chunks cover every byte once, in whole, aligned elements") {
   std::vector<float> a(1000);
   std::vector<double> b(333);
   std::vector<uint8_t> c(5);
-  std::vector<Tensor> tensors{tensorOf(a), tensorOf(b), tensorOf(c)};
+  std::vector<TensorView> tensors{tensorOf(a), tensorOf(b), tensorOf(c)};
   for (size_t chunkBytes : {size_t(1), size_t(7), size_t(64), size_t(4096), size_t(1) << 20}) {
     CAPTURE(chunkBytes);
     auto chunks = cutIntoChunks(tensors, chunkBytes);
@@ -138,7 +138,7 @@ TEST_CASE("reductions on every dtype") {
   std::vector<int64_t> identity(2);
   Reduction::min().fillIdentity(tensorOf(identity));
   CHECK(identity[0] == std::numeric_limits<int64_t>::max());
-  Tensor onDevice = tensorOf(f);
+  TensorView onDevice = tensorOf(f);
   onDevice.device = actorpipe::Device{actorpipe::kCudaDeviceType, 0};
   CHECK_THROWS(Reduction::sum().apply(onDevice, onDevice));
 }
@@ -148,7 +148,7 @@ TEST_CASE("collectives take the library's Tensor, as a view of its elements") {
   actorpipe::Tensor b = actorpipe::Tensor::full<int32_t>({2, 3}, 5);
   Reduction::sum().apply(a, b);  // each converts to a view, no copy
   for (int i = 0; i < 6; ++i) CHECK(a.data<int32_t>()[i] == 9);
-  const Tensor view = a;
+  const TensorView view = a;
   CHECK(view.data == a.rawData());
   CHECK(view.count == 6);
   CHECK(view.dtype == actorpipe::DType::kInt32);
