@@ -186,7 +186,7 @@ class Node {
   // responses to its requests, whenever such a message finds it idle (a
   // message that comes while it starts or runs elsewhere is handled where
   // it runs): no hand-off to a scheduler thread on the way
-  // in, which is most of a small remote round trip otherwise (34 -> 10 us
+  // in, which is most of a small remote round trip otherwise (30 -> 8 us
   // over shm, docs/benchmarks.md, "Remote actors"). Messages from local
   // actors still run it on CAF's scheduler; CAF's mailbox lets one thread
   // at a time run it. For actors whose handlers are short and never block:
