@@ -31,11 +31,11 @@
 // node that leaves on purpose (leave(), or its Node destroyed) says BYE
 // first, and its actors go down with kNodeLeft instead of kNodeLost.
 //
-// Links: a local actor linked to a remote one gets its exit_msg (its exit
-// reason, or the node's loss). Not yet (docs/remote.md): a local actor's
-// exit reaching remote actors linked to it, actor handles inside messages
-// (the sender's own handle travels, others do not), forwarding through a
-// third node.
+// Links work both ways, as CAF's: a local actor linked to a remote one gets
+// its exit_msg (its exit reason, or the node's loss), and the remote one
+// gets the local one's (LINK and UNLINK frames; the end travels as DOWN).
+// Not yet (docs/remote.md): actor handles inside messages (the sender's own
+// handle travels, others do not), forwarding through a third node.
 //
 // Backpressure: at most `windowMessages` messages (and `windowBytes`) to
 // one peer node are in flight, counted from the send until the receiving

@@ -53,6 +53,7 @@ struct Options {
   // "sharing" (remote::configure's; idle workers block) or "stealing"
   // (CAF's default; idle workers poll, then sleep in steps).
   std::string scheduler{"sharing"};
+  std::string only;  // measure only the rows whose name contains it
 };
 
 Options gOptions;
@@ -269,39 +270,46 @@ int main(int argc, char** argv) {
     else if (a == "--tensor-iterations") o.tensorIterations = next();
     else if (a == "--json") o.json = true;
     else if (a == "--scheduler" && i + 1 < argc) o.scheduler = argv[++i];
+    else if (a == "--only" && i + 1 < argc) o.only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: actorpipe-remote-bench [--rounds R] [--iterations N] [--messages M]\n"
                    "                              [--tensor-iterations T] [--json]\n"
-                   "                              [--scheduler stealing|sharing]\n");
+                   "                              [--scheduler stealing|sharing]\n"
+                   "                              [--only TEXT]  (rows whose name has TEXT)\n");
       return 2;
     }
   }
   gOptions = o;
   bench::pinToCpu(0);
   std::map<std::string, Row> rows;
-  auto add = [&](const std::string& name, double value, const std::string& unit) {
+  // Measures a row unless --only leaves it out.
+  auto add = [&](const std::string& name, const std::function<double()>& measure,
+                 const std::string& unit) {
+    if (!o.only.empty() && name.find(o.only) == std::string::npos) return;
     auto& row = rows[name];
     row.name = name;
     row.unit = unit;
-    row.values.push_back(value);
+    row.values.push_back(measure());
   };
   const size_t kBig = size_t{64} << 20;
   for (int round = 0; round < o.rounds; ++round) {
     // Raw pipes: the floor the remote actors are measured against.
     bench::Shape small;
-    add("pipe round trip, 8 B, tcp", pipeRoundTrip(false, small, o.iterations), "us");
-    add("pipe round trip, 8 B, shm", pipeRoundTrip(true, small, o.iterations), "us");
+    add("pipe round trip, 8 B, tcp", [&] { return pipeRoundTrip(false, small, o.iterations); }, "us");
+    add("pipe round trip, 8 B, shm", [&] { return pipeRoundTrip(true, small, o.iterations); }, "us");
     bench::Shape smallTensor;
     smallTensor.tensors = 1;
     smallTensor.tensorSize = 32;
-    add("pipe round trip, 32 B tensor, shm + cma", pipeRoundTrip(true, smallTensor, o.iterations), "us");
+    add("pipe round trip, 32 B tensor, shm + cma", [&] { return pipeRoundTrip(true, smallTensor, o.iterations); }, "us");
     bench::Shape big;
     big.tensors = 1;
     big.tensorSize = kBig;
-    double pipeGbps = 0;
-    pipeRoundTrip(true, big, o.tensorIterations, &pipeGbps);
-    add("pipe 64 MiB tensor echo, shm + cma", pipeGbps, "GB/s");
+    add("pipe 64 MiB tensor echo, shm + cma", [&] {
+      double gbps = 0;
+      pipeRoundTrip(true, big, o.tensorIterations, &gbps);
+      return gbps;
+    }, "GB/s");
 
     for (bool shm : {false, true}) {
       std::string name = shm ? "shm" : "tcp";
@@ -320,23 +328,25 @@ int main(int argc, char** argv) {
                          system.render(target.error()).c_str());
             return 1;
           }
-          auto samples = pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
-                                           o.iterations / 10, o.iterations);
-          add("remote actor request/reply, 8 B, " + name, median(samples), "us");
+          add("remote actor request/reply, 8 B, " + name, [&] {
+            return median(pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
+                                            o.iterations / 10, o.iterations));
+          }, "us");
           auto onLoop = node.remoteActor(url, "echo-on-loop");
           if (!onLoop) return 1;
-          auto hosted = pingPong<int64_t>(system, *onLoop, caf::make_message(int64_t(8)),
-                                          o.iterations / 10, o.iterations, &node);
-          add("remote actor request/reply, 8 B, " + name + ", on loop", median(hosted), "us");
+          add("remote actor request/reply, 8 B, " + name + ", on loop", [&] {
+            return median(pingPong<int64_t>(system, *onLoop, caf::make_message(int64_t(8)),
+                                            o.iterations / 10, o.iterations, &node));
+          }, "us");
           if (name == "shm") {
-            auto tiny = pingPong<Tensor>(system, *target,
-                                         caf::make_message(Tensor::zeros({32}, DType::kUint8)),
-                                         o.iterations / 10, o.iterations);
-            add("remote actor request/reply, 32 B tensor, shm", median(tiny), "us");
-            add("remote actor one-way, int32, shm", oneWay(system, *target, o.messages) / 1e6,
+            add("remote actor request/reply, 32 B tensor, shm", [&] {
+              return median(pingPong<Tensor>(system, *target,
+                                             caf::make_message(Tensor::zeros({32}, DType::kUint8)),
+                                             o.iterations / 10, o.iterations));
+            }, "us");
+            add("remote actor one-way, int32, shm", [&] { return oneWay(system, *target, o.messages) / 1e6; },
                 "M msgs/s");
-            add("remote actor one-way, int32, shm, on loop",
-                oneWay(system, *onLoop, o.messages) / 1e6, "M msgs/s");
+            add("remote actor one-way, int32, shm, on loop", [&] { return oneWay(system, *onLoop, o.messages) / 1e6; }, "M msgs/s");
             auto sink = remote::RemoteChannel<int64_t>::open(node, url, "sink");
             auto source = remote::RemoteChannel<int64_t>::open(node, url, "source");
             if (!sink || !source) {
@@ -344,15 +354,14 @@ int main(int argc, char** argv) {
                            system.render(sink ? source.error() : sink.error()).c_str());
               return 1;
             }
-            add("remote channel write, int64, shm",
-                perCall(o.iterations, [&] { sink->write(int64_t(8)); }), "us");
-            add("remote channel read, int64, shm", perCall(o.iterations, [&] { source->read(); }), "us");
-            Tensor t = Tensor::zeros({int64_t(kBig)}, DType::kUint8);
-            auto big = pingPong<Tensor>(system, *target, caf::make_message(t), 2,
-                                        o.tensorIterations);
-            double us = median(big);
-            add("remote actor 64 MiB tensor echo, shm", us > 0 ? kBig / (us / 2) / 1e3 : 0,
-                "GB/s");
+            add("remote channel write, int64, shm", [&] { return perCall(o.iterations, [&] { sink->write(int64_t(8)); }); }, "us");
+            add("remote channel read, int64, shm", [&] { return perCall(o.iterations, [&] { source->read(); }); }, "us");
+            add("remote actor 64 MiB tensor echo, shm", [&] {
+              Tensor t = Tensor::zeros({int64_t(kBig)}, DType::kUint8);
+              double us = median(pingPong<Tensor>(system, *target, caf::make_message(t), 2,
+                                                  o.tensorIterations));
+              return us > 0 ? kBig / (us / 2) / 1e3 : 0;
+            }, "GB/s");
           }
         }
       }
@@ -369,10 +378,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "CAF middleman: %s\n", system.render(target.error()).c_str());
         return 1;
       }
-      auto samples = pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
-                                       o.iterations / 10, o.iterations);
-      add("CAF middleman request/reply, 8 B, tcp", median(samples), "us");
-      add("CAF middleman one-way, int32, tcp", oneWay(system, *target, o.messages) / 1e6,
+      add("CAF middleman request/reply, 8 B, tcp", [&] {
+        return median(pingPong<int64_t>(system, *target, caf::make_message(int64_t(8)),
+                                        o.iterations / 10, o.iterations));
+      }, "us");
+      add("CAF middleman one-way, int32, tcp", [&] { return oneWay(system, *target, o.messages) / 1e6; },
           "M msgs/s");
       stop(server);
     }
@@ -395,6 +405,7 @@ int main(int argc, char** argv) {
     std::printf("\n}\n");
     return 0;
   }
+  if (!o.only.empty()) return 0;  // the ratios need every row
   std::printf("\nratios (medians of %d rounds)\n", o.rounds);
   std::printf("  remote request/reply tcp / pipe round trip tcp:   %.2f\n",
               med("remote actor request/reply, 8 B, tcp") / med("pipe round trip, 8 B, tcp"));

@@ -281,7 +281,9 @@ Error PullEndpoint::readPeerProcess(const PullDescriptor& d, void* ptr, size_t l
 
 bool PullEndpoint::poll() {
   uint64_t acked = acked_->load(std::memory_order_acquire);
-  std::deque<Pending> finished;
+  // A vector: an empty one allocates nothing, and this runs on every turn
+  // of a polling loop (an empty deque allocated and freed its map there).
+  std::vector<Pending> finished;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     while (!pending_.empty() && pending_.front().seq <= acked) {

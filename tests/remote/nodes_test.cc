@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <mutex>
+#include <deque>
+#include <condition_variable>
 #include <future>
 #include <thread>
 
@@ -49,6 +52,47 @@ caf::expected<T> ask(caf::scoped_actor& self, const caf::actor& to, caf::message
 
 std::string render(caf::actor_system& system, const caf::error& error) {
   return system.render(error);
+}
+
+
+// A hand-made peer: the pipe message of a batch of `frames`.
+actorpipe::Message frameMessage(const std::vector<actorpipe::remote::detail::Frame>& frames) {
+  using namespace actorpipe::remote::detail;
+  std::vector<std::pair<std::string, uint32_t>> encoded;
+  for (const auto& f : frames) encoded.emplace_back(encodeFrame(f), 0);
+  actorpipe::Message m;
+  m.metadata = encodeBatch(encoded);
+  return m;
+}
+
+// A hand-made peer says HELLO ("my window is huge") and looks `name` up on
+// `pipe`'s node; returns the actor's id.
+uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name) {
+  using namespace actorpipe::remote::detail;
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = "attacker";
+  hello.pid = 1;
+  hello.messages = 1u << 30;
+  hello.bytes = uint64_t{1} << 40;
+  REQUIRE(!testing::writeSync(pipe, frameMessage({hello})));
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.request = 1;
+  lookup.name = name;
+  REQUIRE(!testing::writeSync(pipe, frameMessage({lookup})));
+  uint64_t target = 0;
+  for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
+    auto got = testing::readSync(pipe);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      if (entry.frame.kind == Frame::Kind::kFound) target = entry.frame.aid;
+    }
+  }
+  REQUIRE(target != 0);
+  return target;
 }
 
 } // namespace
@@ -231,6 +275,169 @@ TEST_CASE("a link to a remote actor: its exit reaches the linked actor, its node
   REQUIRE(gone.wait_for(10s) == std::future_status::ready);
   CHECK(actorpipe::remote::isError(gone.get(), RemoteError::kNodeLeft));
   caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// Exit reasons as an actor that traps them gets them, in order.
+struct Exits {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<caf::error> reasons;
+  caf::error next(std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!changed.wait_for(lock, timeout, [&] { return !reasons.empty(); })) {
+      return caf::make_error(caf::sec::request_timeout);
+    }
+    caf::error reason = std::move(reasons.front());
+    reasons.pop_front();
+    return reason;
+  }
+};
+
+using link_atom_t = caf::atom_constant<caf::atom("linkto")>;
+using unlink_atom_t = caf::atom_constant<caf::atom("unlinkfrom")>;
+using die_atom = caf::atom_constant<caf::atom("die")>;
+
+// linkto / unlinkfrom `partner`; die -> quits with `reason`.
+caf::behavior linker(caf::event_based_actor* self, caf::actor partner, caf::exit_reason reason) {
+  return {
+      [=](link_atom_t) { self->link_to(partner); },
+      [=](unlink_atom_t) { self->unlink_from(partner); },
+      [=](die_atom) { self->quit(reason); },
+  };
+}
+
+// Sends `first` then `second` to `to`, each answered before the next (so
+// each handler has run).
+void sendInOrder(caf::actor_system& system, const caf::actor& to,
+                 std::vector<caf::message> messages) {
+  caf::scoped_actor self{system};
+  for (auto& m : messages) self->send(to, std::move(m));
+}
+
+} // namespace
+
+TEST_CASE("links both ways: a local actor's exit reaches the remote actor linked to it") {
+  TestNode server;
+  auto exits = std::make_shared<Exits>();
+  auto partner = server.system().spawn([exits](caf::event_based_actor* self) -> caf::behavior {
+    self->set_exit_handler([exits](caf::exit_msg& msg) {
+      std::lock_guard<std::mutex> guard(exits->mutex);
+      exits->reasons.push_back(msg.reason);
+      exits->changed.notify_all();
+    });
+    return {[](int32_t) {}};
+  });
+  REQUIRE(!server.node().publish(partner, "partner"));
+  TestNode client;
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "partner");
+  REQUIRE(remote);
+  auto code = [](const caf::error& e) { return e.category() == caf::atom("exit") ? e.code() : 255; };
+
+  // Linked, then it ends: the partner gets its reason.
+  auto first = client.system().spawn(linker, *remote, caf::exit_reason::user_shutdown);
+  sendInOrder(client.system(), first, {caf::make_message(link_atom_t::value),
+                                       caf::make_message(die_atom::value)});
+  CHECK(code(exits->next()) == static_cast<uint8_t>(caf::exit_reason::user_shutdown));
+
+  // Linked and unlinked, then it ends: nothing; the next linked one's end
+  // is the next the partner hears (one link, in order, carries both).
+  auto second = client.system().spawn(linker, *remote, caf::exit_reason::user_shutdown);
+  sendInOrder(client.system(), second, {caf::make_message(link_atom_t::value),
+                                        caf::make_message(unlink_atom_t::value),
+                                        caf::make_message(die_atom::value)});
+  auto third = client.system().spawn(linker, *remote, caf::exit_reason::unreachable);
+  sendInOrder(client.system(), third, {caf::make_message(link_atom_t::value),
+                                       caf::make_message(die_atom::value)});
+  CHECK(code(exits->next()) == static_cast<uint8_t>(caf::exit_reason::unreachable));
+
+  // Linked, then its node leaves: the partner gets the node's reason.
+  auto fourth = client.system().spawn(linker, *remote, caf::exit_reason::user_shutdown);
+  sendInOrder(client.system(), fourth, {caf::make_message(link_atom_t::value)});
+  {
+    // The LINK is on its way before the BYE: one request through the link.
+    caf::scoped_actor self{client.system()};
+    self->request(*remote, 10s, int32_t(1)).receive([] {}, [](caf::error&) {});
+  }
+  client.leave();
+  CHECK(actorpipe::remote::isError(exits->next(), RemoteError::kNodeLeft));
+  CHECK(exits->next(200ms) == caf::make_error(caf::sec::request_timeout));  // nothing else
+  caf::anon_send_exit(fourth, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(partner, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("links to an actor that is gone end the linker; a peer linking past the bound is cut off") {
+  TestNode server;
+  auto mortal = server.system().spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](int32_t) { self->quit(caf::exit_reason::user_shutdown); }};
+  });
+  REQUIRE(!server.node().publish(mortal, "mortal"));
+  REQUIRE(!server.node().publish(server.system().spawn(summer), "summer"));
+  TestNode client;
+  auto remote = client.node().remoteActor(server.node().url("tcp"), "mortal");
+  REQUIRE(remote);
+  caf::anon_send(*remote, int32_t(1));
+  {
+    caf::scoped_actor self{client.system()};
+    self->monitor(*remote);
+    self->receive([](caf::down_msg&) {}, caf::after(10s) >> [] { FAIL("no down_msg"); });
+  }
+  // The proxy is dead already here: CAF ends the linker at once. A linker
+  // whose LINK reaches the node after the actor ended hears the same.
+  auto exits = std::make_shared<std::promise<caf::error>>();
+  client.system().spawn([=, r = *remote](caf::event_based_actor* self) -> caf::behavior {
+    self->set_exit_handler([=](caf::exit_msg& msg) {
+      exits->set_value(msg.reason);
+      self->quit();
+    });
+    self->link_to(r);
+    return {[](int32_t) {}};
+  });
+  auto reason = exits->get_future();
+  REQUIRE(reason.wait_for(10s) == std::future_status::ready);
+
+  // A hand-made peer links 2^16 made-up actors of its own to "summer", then
+  // one more: the node cuts it off instead of holding more.
+  using namespace actorpipe::remote::detail;
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(server.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "summer");
+  // A LINK to an actor the node does not have is answered with its DOWN.
+  Frame nowhere;
+  nowhere.kind = Frame::Kind::kLink;
+  nowhere.source = 7;
+  nowhere.aid = 123456789;
+  REQUIRE(!testing::writeSync(*pipe, frameMessage({nowhere})));
+  bool down = false;
+  for (int i = 0; i < 20 && !down; ++i) {
+    auto got = testing::readSync(*pipe, 10s);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      down = down || (entry.frame.kind == Frame::Kind::kDown && entry.frame.aid == 123456789);
+    }
+  }
+  CHECK(down);
+  uint64_t source = 1;
+  actorpipe::Error failed;
+  for (size_t batch = 0; batch <= kMaxPeerLinks / kMaxBatchFrames && !failed; ++batch) {
+    std::vector<Frame> frames(batch == kMaxPeerLinks / kMaxBatchFrames ? 1 : kMaxBatchFrames);
+    for (auto& f : frames) {
+      f.kind = Frame::Kind::kLink;
+      f.source = source++;
+      f.aid = target;
+    }
+    failed = testing::writeSync(*pipe, frameMessage(frames), 20s);
+  }
+  actorpipe::Error readError;
+  for (int i = 0; i < 100 && !readError; ++i) readError = testing::readSync(*pipe, 20s).error;
+  CHECK(readError);
+  for (int i = 0; i < 500 && !server.node().peers().empty(); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(server.node().peers().size() == 1);  // the client's link only
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("an idle healthy node is never declared dead; its pending requests stay pending") {
@@ -484,33 +691,7 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   caf::actor_system system{cfg};
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
-  auto frameMessage = [](const Frame& f) {  // a batch of one frame
-    actorpipe::Message m;
-    m.metadata = encodeBatch({{encodeFrame(f), 0}});
-    return m;
-  };
-  Frame hello;
-  hello.kind = Frame::Kind::kHello;
-  hello.identity = "attacker";
-  hello.pid = 1;
-  hello.messages = 1u << 30;  // "my window is huge"
-  hello.bytes = uint64_t{1} << 40;
-  REQUIRE(!testing::writeSync(*pipe, frameMessage(hello)));
-  Frame lookup;
-  lookup.kind = Frame::Kind::kLookup;
-  lookup.request = 1;
-  lookup.name = "stuck";
-  REQUIRE(!testing::writeSync(*pipe, frameMessage(lookup)));
-  uint64_t target = 0;
-  for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
-    auto got = testing::readSync(*pipe);
-    REQUIRE(!got.error);
-    std::vector<BatchEntry> entries;
-    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
-    for (auto& entry : entries) {
-      if (entry.frame.kind == Frame::Kind::kFound) target = entry.frame.aid;
-    }
-  }
+  uint64_t target = attackerHello(*pipe, "stuck");
   REQUIRE(target != 0);
   EncodedMessage body;
   REQUIRE(!encodeMessage(system, caf::make_message(int32_t(1)), body));
@@ -520,7 +701,7 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   message.messageId = caf::make_message_id().integer_value();
   actorpipe::Error failed;
   for (int i = 0; i < 200 && !failed; ++i) {
-    actorpipe::Message m = frameMessage(message);
+    actorpipe::Message m = frameMessage({message});
     m.payloads.push_back({body.bytes.data(), body.bytes.size(), ""});
     failed = testing::writeSync(*pipe, std::move(m), 5s);
   }

@@ -96,6 +96,26 @@ TEST_CASE("frames round-trip and refuse what is not theirs") {
     zero.aid = 0;
     CHECK(decodeFrame(encodeFrame(zero), back));
   }
+  SUBCASE("LINK and UNLINK: both ids, neither 0, nothing after") {
+    for (auto kind : {Frame::Kind::kLink, Frame::Kind::kUnlink}) {
+      Frame link;
+      link.kind = kind;
+      link.source = 11;
+      link.aid = 12;
+      std::string encoded = encodeFrame(link);
+      REQUIRE(!decodeFrame(encoded, back));
+      CHECK(back.kind == kind);
+      CHECK(back.source == 11);
+      CHECK(back.aid == 12);
+      for (size_t n = 0; n < encoded.size(); ++n) CHECK(decodeFrame(encoded.substr(0, n), back));
+      CHECK(decodeFrame(encoded + "x", back));
+      link.source = 0;
+      CHECK(decodeFrame(encodeFrame(link), back));
+      link.source = 11;
+      link.aid = 0;
+      CHECK(decodeFrame(encodeFrame(link), back));
+    }
+  }
   SUBCASE("names: empty, spaces, control bytes, too long") {
     for (std::string name : {std::string(), std::string("a b"), std::string("a\nb"),
                              std::string(kMaxNameLength + 1, 'n')}) {

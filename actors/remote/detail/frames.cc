@@ -50,6 +50,11 @@ std::string encodeFrame(const Frame& f) {
       w.u64(f.messages);
       w.u64(f.bytes);
       break;
+    case Frame::Kind::kLink:
+    case Frame::Kind::kUnlink:
+      w.u64(f.source);
+      w.u64(f.aid);
+      break;
     case Frame::Kind::kBeat:
     case Frame::Kind::kBye:
       break;
@@ -128,6 +133,13 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       f.kind = Frame::Kind::kCredit;
       f.messages = r.u64();
       f.bytes = r.u64();
+      break;
+    case uint8_t(Frame::Kind::kLink):
+    case uint8_t(Frame::Kind::kUnlink):
+      f.kind = Frame::Kind(kind);
+      f.source = r.u64();
+      f.aid = r.u64();
+      if (!r.failed() && (f.source == 0 || f.aid == 0)) r.fail("link of actor 0");
       break;
     default:
       r.fail("unknown kind " + std::to_string(kind));

@@ -11,6 +11,10 @@
 //   BYE                               the node leaves on purpose
 //   CREDIT   messages, bytes          that many of the peer's MESSAGEs are
 //                                     done with here (see Link, "window")
+//   LINK     source aid, target aid   the sender's actor `source` linked
+//   UNLINK   source aid, target aid   itself to (unlinked itself from) the
+//                                     receiver's actor `target`; the
+//                                     source's end comes as a DOWN
 //
 // A frame is a version byte, a kind byte and its fields (runtime/detail/
 // codec.h). A pipe message carries a batch of frames in its metadata: a
@@ -35,6 +39,8 @@ constexpr size_t kMaxReasonLength = 4096;
 constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
 constexpr size_t kMaxBatchFrames = 1024;
+// Links a peer's actors may hold to this node's actors at once (LINK).
+constexpr size_t kMaxPeerLinks = size_t{1} << 16;
 
 struct Frame {
   enum class Kind : uint8_t {
@@ -46,6 +52,8 @@ struct Frame {
     kBeat = 6,
     kBye = 7,
     kCredit = 8,
+    kLink = 9,
+    kUnlink = 10,
   };
   Kind kind{Kind::kBeat};
   // kHello
@@ -59,9 +67,9 @@ struct Frame {
   uint64_t request{0};
   std::string name;
   std::vector<std::string> interface;
-  // kFound, kMessage (target), kDown
+  // kFound, kMessage (target), kDown, kLink and kUnlink (target)
   uint64_t aid{0};
-  // kMessage
+  // kMessage, kLink, kUnlink
   uint64_t source{0};
   uint64_t messageId{0};
   // kDown: the actor's exit reason as CAF has it

@@ -49,6 +49,10 @@ int64_t ticks(Link::Clock::time_point t) { return t.time_since_epoch().count(); 
 // wait for the window (the credit it waits for arrives on a loop).
 thread_local bool tInPipeCallback = false;
 
+// Set while a peer's LINK or UNLINK is applied here: the proxy's half of
+// that link is the peer's already, and says nothing back.
+thread_local bool tFromPeer = false;
+
 struct InPipeCallback {
   InPipeCallback() { tInPipeCallback = true; }
   ~InPipeCallback() { tInPipeCallback = false; }
@@ -119,6 +123,20 @@ class Proxy final : public caf::actor_proxy {
     }
   }
 
+  // A local actor links itself to this proxy (CAF calls this inside its
+  // critical section of both actors: only a frame is written here).
+  bool add_backlink(caf::abstract_actor* x) override {
+    if (!caf::actor_proxy::add_backlink(x)) return false;
+    tellLink(x, true);
+    return true;
+  }
+
+  bool remove_backlink(caf::abstract_actor* x) override {
+    if (!caf::actor_proxy::remove_backlink(x)) return false;
+    tellLink(x, false);
+    return true;
+  }
+
   void kill_proxy(caf::execution_unit* context, caf::error reason) override {
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -129,6 +147,16 @@ class Proxy final : public caf::actor_proxy {
   }
 
  private:
+  void tellLink(caf::abstract_actor* x, bool link) {
+    if (tFromPeer || x->node() != home_system().node()) return;  // no third nodes
+    std::shared_ptr<Link> to;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      to = link_.lock();
+    }
+    if (to) to->sendLink(x->id(), id(), link);
+  }
+
   std::mutex mutex_;
   std::weak_ptr<Link> link_;
   caf::error reason_;
@@ -273,7 +301,16 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   caf::strong_actor_ptr sender = std::move(element->sender);
   caf::message content = element->move_content_to_message();
   if (isSystemMessage(content)) {
-    // An exit_msg from a link, say: links do not cross nodes (yet).
+    // A local actor linked to the peer's actor ended: the peer hears it as
+    // that actor's DOWN (it kills the proxy its actor is linked to). Other
+    // system messages are not for peers.
+    if (content.match_elements<caf::exit_msg>()) {
+      const auto& exit = content.get_as<caf::exit_msg>(0);
+      if (exit.source && exit.source.node() == system_.node()) {
+        sendDown(exit.source.id(), exit.reason);
+        return;
+      }
+    }
     ACTORPIPE_LOG(kDebug, "not sent to a remote actor: " << caf::to_string(content));
     return;
   }
@@ -578,8 +615,13 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
       onMessage(frame, std::move(content), bytes);
       return;
     }
+    case Frame::Kind::kLink:
+    case Frame::Kind::kUnlink:
+      onLink(frame.source, frame.aid, frame.kind == Frame::Kind::kLink);
+      return;
     case Frame::Kind::kDown: {
       caf::strong_actor_ptr proxy;
+      std::vector<caf::strong_actor_ptr> held;  // released after the kill
       {
         std::lock_guard<std::mutex> guard(mutex_);
         auto it = proxies_.find(frame.aid);
@@ -587,6 +629,10 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
           proxy = it->second.lock();
           proxies_.erase(it);
         }
+        auto first = peerLinks_.lower_bound({frame.aid, 0});
+        auto last = peerLinks_.lower_bound({frame.aid + 1, 0});
+        for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
+        peerLinks_.erase(first, last);
       }
       if (proxy) {
         caf::error reason;
@@ -731,6 +777,53 @@ caf::expected<caf::strong_actor_ptr> Link::lookup(const std::string& name,
   return proxy;
 }
 
+void Link::sendLink(caf::actor_id source, caf::actor_id target, bool link) {
+  if (dead()) return;
+  Frame frame;
+  frame.kind = link ? Frame::Kind::kLink : Frame::Kind::kUnlink;
+  frame.source = source;
+  frame.aid = target;
+  write(frame);
+}
+
+void Link::onLink(caf::actor_id source, caf::actor_id target, bool link) {
+  auto node = node_.lock();
+  caf::strong_actor_ptr actor = node ? node->exported(target) : nullptr;
+  if (!actor) {
+    // Linking to an actor that is gone ends the linker, as in CAF.
+    if (link) sendDown(target, caf::make_error(caf::exit_reason::unknown));
+    return;
+  }
+  caf::strong_actor_ptr proxy = proxyFor(source);
+  if (!proxy) return;  // the link is dead
+  bool tooMany = false;
+  caf::strong_actor_ptr unlinked;  // let go outside the lock
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!link) {
+      auto it = peerLinks_.find({source, target});
+      if (it != peerLinks_.end()) {
+        unlinked = std::move(it->second);
+        peerLinks_.erase(it);
+      }
+    } else if (peerLinks_.size() >= kMaxPeerLinks && !peerLinks_.count({source, target})) {
+      tooMany = true;  // each link is an attachable here and a proxy held
+    } else {
+      peerLinks_[{source, target}] = proxy;
+    }
+  }
+  if (tooMany) {
+    failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer made more than " +
+                                                    std::to_string(kMaxPeerLinks) +
+                                                    " links to this node's actors"));
+    return;
+  }
+  tFromPeer = true;
+  if (link) actor->get()->add_link(proxy->get());
+  else actor->get()->remove_link(proxy->get());
+  tFromPeer = false;
+}
+
 void Link::sendDown(caf::actor_id aid, const caf::error& reason) {
   if (dead()) return;
   Frame down;
@@ -779,12 +872,15 @@ void Link::leave() {
 void Link::fail(const caf::error& reason) {
   std::map<std::pair<caf::actor_id, uint64_t>, Pending> pending;
   std::vector<caf::strong_actor_ptr> proxies;
+  // Released after the kills below (which end the peer's links).
+  std::map<std::pair<caf::actor_id, caf::actor_id>, caf::strong_actor_ptr> peerLinks;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (dead_) return;
     dead_ = true;
     deathReason_ = reason;
     pending.swap(pending_);
+    peerLinks.swap(peerLinks_);
     for (auto& entry : proxies_) {
       if (auto proxy = entry.second.lock()) proxies.push_back(std::move(proxy));
     }

@@ -121,6 +121,8 @@ class Link : public std::enable_shared_from_this<Link> {
                                               std::chrono::milliseconds timeout,
                                               std::set<std::string>& interface);
   void sendDown(caf::actor_id aid, const caf::error& reason);
+  // Our actor `source` linked itself to (unlinked from) the peer's `target`.
+  void sendLink(caf::actor_id source, caf::actor_id target, bool link);
   // Ticker: a BEAT if nothing was written for `interval`; lost if nothing
   // was read for `timeout`.
   void tick(Clock::time_point now, std::chrono::milliseconds interval,
@@ -168,6 +170,7 @@ class Link : public std::enable_shared_from_this<Link> {
   Error hold(size_t bytes);
   void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
+  void onLink(caf::actor_id source, caf::actor_id target, bool link);
   void failProtocol(const Error& error);
   // Makes `out` a host tensor for `entry` from the node's pool (large ones;
   // receiveTensor then reads into it in place).
@@ -200,6 +203,10 @@ class Link : public std::enable_shared_from_this<Link> {
   bool dead_{false};
   caf::error deathReason_;
   std::map<caf::actor_id, caf::weak_actor_ptr> proxies_;
+  // (the peer's actor, ours) -> the peer's actor's proxy: links the peer
+  // made. CAF's links hold their actors weakly: the proxy is held here
+  // until UNLINK, its DOWN (which kills it, ending the link) or the end.
+  std::map<std::pair<caf::actor_id, caf::actor_id>, caf::strong_actor_ptr> peerLinks_;
   struct Pending {
     caf::strong_actor_ptr sender;
     caf::strong_actor_ptr target;  // the proxy the request went to
