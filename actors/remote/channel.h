@@ -39,6 +39,7 @@
 // can happen. The actor system must outlive the handles. T must be a type the actor
 // systems of both nodes have registered (Tensor is, by remote::configure).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,8 @@
 #include <utility>
 
 #include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/spawn_options.hpp>
 #include <caf/sec.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/typed_actor.hpp>
@@ -127,6 +130,7 @@ Error exportChannel(Node& node, const dataflow::Channel<T>& channel, const std::
   // Its handlers never block (a full or empty channel parks the request):
   // it runs where its peers' requests are read (Node::runOnLoop).
   node.runOnLoop(owner);
+  node.endOnLeave(owner);
   Error error = node.publish(owner, detail::channelName(name));
   if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return error;
@@ -255,5 +259,58 @@ class RemoteChannel {
   ChannelActor<T> owner_;
   std::shared_ptr<State> state_;
 };
+
+// A local Channel of `capacity` fed from `remote`, for what takes local
+// channels (a dataflow::Dag stage, a Channel's readers): an actor of
+// `node`'s system reads the remote channel one item at a time, without
+// blocking a thread, and writes each into the local one, waiting while it
+// is full; it takes the next remote item only once the last is written, so
+// it holds at most capacity + 1 of them. The local channel is closed when
+// the remote one is drained, or gone (its node lost or left: `onEnd` gets
+// the reason; no error when drained). Closing the local channel stops the
+// reading (the remote channel stays open for its other readers).
+template <class T>
+dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, size_t capacity = 0,
+                                   std::function<void(caf::error)> onEnd = nullptr) {
+  using dataflow::Status;
+  dataflow::Channel<T> local(capacity);
+  // Hidden: the actor system's shutdown does not wait for a reader parked
+  // on a remote channel that never drains.
+  node.system().spawn<caf::hidden>(
+      [local, owner = remote.owner(), onEnd](caf::event_based_actor* self) -> caf::behavior {
+        auto next = std::make_shared<std::function<void()>>();
+        auto finish = [self, local, next, onEnd](caf::error error) mutable {
+          local.close();
+          if (onEnd) onEnd(std::move(error));
+          *next = nullptr;  // the closure held itself
+          self->quit();
+        };
+        *next = [self, local, owner, next, finish]() mutable {
+          self->request(owner, caf::infinite, channel_read_atom::value)
+              .then(
+                  [self, local, next, finish](uint8_t status, T& item) mutable {
+                    detail::acquireHandoff();
+                    auto s = static_cast<Status>(status);
+                    if (s == Status::kDrained) return finish(caf::error());
+                    if (s != Status::kOpen && s != Status::kClosed) {
+                      return finish(caf::make_error(caf::sec::unexpected_response,
+                                                    "a remote channel answered status " +
+                                                        std::to_string(status)));
+                    }
+                    dataflow::writeThen(self, local, std::move(item),
+                                        [next, finish](Status written) mutable {
+                                          if (written == Status::kOpen) (*next)();
+                                          else finish(caf::error());  // closed here
+                                        });
+                  },
+                  [finish](caf::error& error) mutable { finish(std::move(error)); });
+        };
+        (*next)();
+        // Nothing to handle but its own requests' answers; it ends with
+        // finish().
+        return {[](caf::unit_t) {}};
+      });
+  return local;
+}
 
 } // namespace actorpipe::remote

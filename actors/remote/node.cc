@@ -62,6 +62,8 @@ void Node::hostOnLoop(caf::strong_actor_ptr actor, std::chrono::microseconds bud
   detail::LoopUnit::of(system_).host(actor, budget);
 }
 
+void Node::endActorOnLeave(caf::strong_actor_ptr actor) { core_->endOnLeave(std::move(actor)); }
+
 void Node::unpublish(const std::string& name) { core_->unpublish(name); }
 
 caf::expected<caf::strong_actor_ptr> Node::lookupActor(const std::string& url,

@@ -216,6 +216,15 @@ class Node {
     return caf::actor_cast<Handle>(std::move(*found));
   }
 
+  // Ends `handle` (exit_reason::user_shutdown) when this node leaves: for
+  // actors a node runs on its own behalf (the owners of exported channels
+  // and workqueues), which a peer's request parked at them would otherwise
+  // keep alive, and the actor system's end waiting for them.
+  template <class Handle>
+  void endOnLeave(const Handle& handle) {
+    endActorOnLeave(caf::actor_cast<caf::strong_actor_ptr>(handle));
+  }
+
   // Says BYE to every peer and closes; idempotent. Peers' monitors see
   // kNodeLeft; requests pending here fail with kNodeLeft.
   void leave();
@@ -226,6 +235,7 @@ class Node {
 
  private:
   void hostOnLoop(caf::strong_actor_ptr actor, std::chrono::microseconds budget);
+  void endActorOnLeave(caf::strong_actor_ptr actor);
   Error publishActor(caf::strong_actor_ptr actor, std::set<std::string> interface,
                      const std::string& name);
   caf::expected<caf::strong_actor_ptr> lookupActor(const std::string& url,

@@ -24,6 +24,7 @@
 // owner's node, until a question comes or the queue is closed and empty
 // (DRAINED).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -179,6 +180,7 @@ Error exportWorkQueue(Node& node, const dataflow::WorkQueue<Q, A>& queue, const 
   // Its handlers never block (a full or empty channel parks the request):
   // it runs where its peers' requests are read (Node::runOnLoop).
   node.runOnLoop(owner);
+  node.endOnLeave(owner);
   Error error = node.publish(owner, detail::workQueueName(name));
   if (error) caf::anon_send_exit(owner, caf::exit_reason::user_shutdown);
   return error;
@@ -186,6 +188,64 @@ Error exportWorkQueue(Node& node, const dataflow::WorkQueue<Q, A>& queue, const 
 
 inline void unexportWorkQueue(Node& node, const std::string& name) {
   node.unpublish(detail::workQueueName(name));
+}
+
+// The owner of the workqueue exported as `name` at `url`, for actors: an
+// actor that requests it is a worker of its own there (its jobs held for
+// it, answered with WorkerLost when it ends or its node goes). serveFrom
+// does the asking.
+template <class Q, class A>
+caf::expected<WorkQueueActor<Q, A>> openWorkQueue(Node& node, const std::string& url,
+                                                  const std::string& name) {
+  return node.remoteActor<WorkQueueActor<Q, A>>(url, detail::workQueueName(name));
+}
+
+// An actor serves a remote workqueue without blocking: it reads a job,
+// answers it with `fn(question)` (an exception becomes the job's failure,
+// RemoteWorkFailed at the owner), and reads the next, one job at a time,
+// while it goes on handling its other messages. `done(error)` runs once:
+// no error when the queue is drained, else why the owner cannot be served
+// (its node lost or gone, a status that is no Status). Q and A are named:
+// serveFrom<Q, A>(self, owner, fn, done).
+template <class Q, class A, class Self, class Fn, class Done>
+void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
+  using dataflow::Status;
+  auto next = std::make_shared<std::function<void()>>();
+  // Ends the cycle through the closure (it holds itself) after `done`.
+  auto finish = [next, done](caf::error error) mutable {
+    done(std::move(error));
+    *next = nullptr;
+  };
+  *next = [self, owner, fn, next, finish]() mutable {
+    self->request(owner, caf::infinite, work_read_atom::value)
+        .then(
+            [self, owner, fn, next, finish](uint8_t status, uint64_t id, Q& question) mutable {
+              auto s = static_cast<Status>(status);
+              if (s == Status::kDrained) return finish(caf::error());
+              if (s != Status::kOpen && s != Status::kClosed) {
+                return finish(caf::make_error(caf::sec::unexpected_response,
+                                              "a remote workqueue answered status " +
+                                                  std::to_string(status)));
+              }
+              auto again = [next](bool) { (*next)(); };
+              auto lost = [finish](caf::error& error) mutable { finish(std::move(error)); };
+              std::string failure;
+              try {
+                A answer = fn(std::move(question));
+                self->request(owner, caf::infinite, work_answer_atom::value, id, std::move(answer))
+                    .then(again, lost);
+                return;
+              } catch (const std::exception& e) {
+                failure = e.what();
+              } catch (...) {
+                failure = "unknown exception";
+              }
+              self->request(owner, caf::infinite, work_fail_atom::value, id, std::move(failure))
+                  .then(again, lost);
+            },
+            [finish](caf::error& error) mutable { finish(std::move(error)); });
+  };
+  (*next)();
 }
 
 // A worker of a workqueue another node owns. Movable, not copyable, like

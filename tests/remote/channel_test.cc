@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "../support/harness.h"
 #include "remote_support.h"
 
+#include <actorpipe/actors/dataflow/dag.h>
 #include <actorpipe/actors/remote/channel.h>
 
 using namespace remote_test;
@@ -306,4 +308,57 @@ TEST_CASE("a close cascades through stages on three processes") {
   tellToLeave(sink, rawUrl);
   CHECK(doubler.wait() == 0);
   CHECK(source.wait() == 0);
+}
+
+TEST_CASE("a remote channel as a Dag's input: in order, the owner's close ends the Dag") {
+  TestNode owner, node;
+  Channel<int64_t> source(8);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), source, "numbers"));
+  auto remote = RemoteChannel<int64_t>::open(node.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(remote);
+  auto ended = std::make_shared<std::promise<caf::error>>();
+  auto input = actorpipe::remote::importChannel(node.node(), *remote, 4,
+                                                [ended](caf::error e) { ended->set_value(e); });
+  actorpipe::dataflow::Dag dag(node.system());
+  auto doubled = dag.stage(input, [](int64_t x) { return 2 * x; });
+  std::mutex mutex;
+  std::vector<int64_t> seen;
+  dag.sink(doubled, [&](int64_t x) {
+    std::lock_guard<std::mutex> guard(mutex);
+    seen.push_back(x);
+  });
+  constexpr int64_t kItems = 300;
+  std::thread writer([&] {
+    for (int64_t i = 0; i < kItems; ++i) REQUIRE(source.write(i) == Status::kOpen);
+    source.close();  // the only way this Dag ends
+  });
+  dag.wait();
+  writer.join();
+  std::lock_guard<std::mutex> guard(mutex);
+  REQUIRE(seen.size() == size_t(kItems));
+  for (int64_t i = 0; i < kItems; ++i) CHECK(seen[size_t(i)] == 2 * i);
+  auto reason = ended->get_future();
+  REQUIRE(reason.wait_for(10s) == std::future_status::ready);
+  CHECK(!reason.get());
+}
+
+TEST_CASE("importChannel: the owner's node gone closes the local channel, with the reason") {
+  TestNode node;
+  auto owner = std::make_unique<TestNode>();
+  Channel<int64_t> source;
+  REQUIRE(!actorpipe::remote::exportChannel(owner->node(), source, "numbers"));
+  auto remote = RemoteChannel<int64_t>::open(node.node(), owner->node().url("tcp"), "numbers");
+  REQUIRE(remote);
+  auto ended = std::make_shared<std::promise<caf::error>>();
+  auto local = actorpipe::remote::importChannel(node.node(), *remote, 2,
+                                                [ended](caf::error e) { ended->set_value(e); });
+  REQUIRE(source.write(int64_t(5)) == Status::kOpen);
+  auto first = local.read();
+  REQUIRE(first);
+  CHECK(*first.item == 5);
+  owner->leave();
+  CHECK(local.read().status == Status::kDrained);
+  auto reason = ended->get_future();
+  REQUIRE(reason.wait_for(10s) == std::future_status::ready);
+  CHECK(actorpipe::remote::isError(reason.get(), RemoteError::kNodeLeft));
 }

@@ -230,3 +230,70 @@ TEST_CASE("a workqueue worker as a dataflow stage: an actor reads jobs without b
   REQUIRE(handled.wait_for(10s) == std::future_status::ready);
   CHECK(handled.get() == 100);
 }
+
+TEST_CASE("an actor on another node serves a remote workqueue without blocking (serveFrom)") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue(4);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "triple"));
+  auto handle = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(),
+                                                                   owner.node().url("shm"), "triple");
+  REQUIRE(handle);
+  auto done = std::make_shared<std::promise<std::pair<caf::error, int>>>();
+  auto pings = std::make_shared<std::atomic<int>>(0);
+  auto server = node.system().spawn([=, to = *handle](caf::stateful_actor<int>* self) -> caf::behavior {
+    actorpipe::remote::serveFrom<int32_t, int32_t>(
+        self, to,
+        [self](int32_t q) -> int32_t {
+          if (q == 13) throw std::invalid_argument("unlucky");
+          ++self->state;
+          return 3 * q;
+        },
+        [self, done](caf::error error) {
+          done->set_value({std::move(error), self->state});
+          self->quit();
+        });
+    // It goes on handling its own messages while it serves.
+    return {[pings](int32_t) { ++*pings; }};
+  });
+  for (int i = 0; i < 10; ++i) caf::anon_send(server, int32_t(i));
+  std::vector<std::future<int32_t>> answers;
+  for (int32_t i = 0; i < 100; ++i) answers.push_back(queue.ask(i));
+  for (int32_t i = 0; i < 100; ++i) {
+    if (i == 13) {
+      CHECK_THROWS_AS(answers[size_t(i)].get(), RemoteWorkFailed);
+    } else {
+      CHECK(answers[size_t(i)].get() == 3 * i);
+    }
+  }
+  queue.close();
+  auto result = done->get_future();
+  REQUIRE(result.wait_for(10s) == std::future_status::ready);
+  auto [error, served] = result.get();
+  CHECK(!error);
+  CHECK(served == 99);
+  CHECK(*pings == 10);
+}
+
+TEST_CASE("serveFrom: the owner's node gone ends the serving with the reason") {
+  TestNode node;
+  auto owner = std::make_unique<TestNode>();
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner->node(), queue, "q"));
+  auto handle = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(),
+                                                                   owner->node().url("tcp"), "q");
+  REQUIRE(handle);
+  auto done = std::make_shared<std::promise<caf::error>>();
+  node.system().spawn([=, to = *handle](caf::event_based_actor* self) -> caf::behavior {
+    actorpipe::remote::serveFrom<int32_t, int32_t>(self, to, [](int32_t q) { return q; },
+                                 [self, done](caf::error error) {
+                                   done->set_value(std::move(error));
+                                   self->quit();
+                                 });
+    return {[](int32_t) {}};
+  });
+  std::this_thread::sleep_for(100ms);  // its read is parked at the owner
+  owner->leave();
+  auto error = done->get_future();
+  REQUIRE(error.wait_for(10s) == std::future_status::ready);
+  CHECK(actorpipe::remote::isError(error.get(), RemoteError::kNodeLeft));
+}

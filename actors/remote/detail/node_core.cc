@@ -4,10 +4,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <caf/actor_cast.hpp>
 #include <caf/attachable.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
 
 #include <actorpipe/runtime/detail/log.h>
 #include <actorpipe/runtime/detail/secure_random.h>
@@ -174,7 +177,8 @@ caf::strong_actor_ptr NodeCore::published(const std::string& name,
 void NodeCore::exportActor(const caf::strong_actor_ptr& actor) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    auto inserted = exported_.emplace(actor->id(), caf::weak_actor_ptr(actor.get()));
+    // try_emplace: on every send from a known sender, no node is made.
+    auto inserted = exported_.try_emplace(actor->id(), actor.get());
     if (!inserted.second) return;
   }
   // Outside the lock: attaching to an actor that already ended runs the
@@ -221,6 +225,23 @@ void NodeCore::tick() {
   }
 }
 
+void NodeCore::endOnLeave(caf::strong_actor_ptr actor) {
+  if (!actor) return;
+  bool now = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    now = leaving_;
+    if (!now) {
+      // Those already gone are dropped: exports come and go.
+      endOnLeave_.erase(std::remove_if(endOnLeave_.begin(), endOnLeave_.end(),
+                                       [](const caf::weak_actor_ptr& w) { return !w.lock(); }),
+                        endOnLeave_.end());
+      endOnLeave_.emplace_back(actor.get());
+    }
+  }
+  if (now) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
 void NodeCore::leave() {
   std::vector<std::shared_ptr<Link>> links;
   {
@@ -249,12 +270,17 @@ void NodeCore::leave() {
   std::map<std::string, Published> published;
   std::map<caf::actor_id, caf::weak_actor_ptr> exported;
   std::set<std::shared_ptr<Link>> remaining;
+  std::vector<caf::weak_actor_ptr> ours;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     published.swap(published_);
     exported.swap(exported_);
     remaining.swap(links_);
+    ours.swap(endOnLeave_);
     byUrl_.clear();
+  }
+  for (auto& weak : ours) {
+    if (auto actor = weak.lock()) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }
 }
 

@@ -58,6 +58,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   Error publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
                 const std::string& name);
   void unpublish(const std::string& name);
+  void endOnLeave(caf::strong_actor_ptr actor);
   // The published actor and its interface; null if none.
   caf::strong_actor_ptr published(const std::string& name, std::vector<std::string>& interface);
 
@@ -91,6 +92,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   };
   std::map<std::string, Published> published_;
   std::map<caf::actor_id, caf::weak_actor_ptr> exported_;
+  std::vector<caf::weak_actor_ptr> endOnLeave_;
   std::set<std::shared_ptr<Link>> links_;
   std::map<std::string, std::weak_ptr<Link>> byUrl_;
   bool leaving_{false};
