@@ -132,12 +132,17 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
         // Before the promise, which takes the sender out of the message.
         auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
         auto questions = workerFor<Q, A>(self).questions();
+        // Weak: the parked read lives in that channel; a strong handle in
+        // its callback would keep the channel, and so the read, for ever
+        // (a node left with a read parked and the queue never closed).
+        std::weak_ptr questionsState = questions.state();
         auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
         dataflow::readThen(self, questions, [=](ReadResult<Job<Q>> job) mutable {
           auto it = self->state.workers.find(addr);
           if (it == self->state.workers.end()) {
             // The worker went while its read waited: the job is someone else's.
-            if (job.item) questions.state()->unread(std::move(*job.item));
+            auto state = questionsState.lock();
+            if (job.item && state) state->unread(std::move(*job.item));
             return;
           }
           deliver(promise, it->second.worker->adopt(std::move(job)));
