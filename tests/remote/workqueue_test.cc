@@ -293,7 +293,12 @@ TEST_CASE("serveFrom: the owner's node gone ends the serving with the reason") {
   });
   std::this_thread::sleep_for(100ms);  // its read is parked at the owner
   owner->leave();
-  auto error = done->get_future();
-  REQUIRE(error.wait_for(10s) == std::future_status::ready);
-  CHECK(actorpipe::remote::isError(error.get(), RemoteError::kNodeLeft));
+  auto ended = done->get_future();
+  REQUIRE(ended.wait_for(10s) == std::future_status::ready);
+  // The node's reason: it left (BYE read), or, when its pipe's end is seen
+  // first under load, lost.
+  auto error = ended.get();
+  CAPTURE(node.system().render(error));
+  CHECK((actorpipe::remote::isError(error, RemoteError::kNodeLeft) ||
+         actorpipe::remote::isError(error, RemoteError::kNodeLost)));
 }
