@@ -93,6 +93,11 @@ struct NodeOptions {
   // larger than the whole window goes alone.
   size_t windowMessages{1024};
   size_t windowBytes{size_t{256} << 20};
+  // Frames the window does not count, queued for a peer and not yet
+  // written: answers to its lookups and to its messages for actors that are
+  // gone, DOWNs, CREDITs, BEATs. A peer that asks without reading makes
+  // them pile up; past this its link is cut.
+  size_t maxQueuedControlBytes{size_t{4} << 20};
   DefaultBackends backends;
 };
 

@@ -74,6 +74,9 @@ inline std::string workQueueName(const std::string& name) { return "workqueue:" 
 
 // The most text of a remote worker's failure kept.
 constexpr size_t kMaxFailureText = 4096;
+// The most workers one node may have at one owner: each is a Worker, a
+// proxy and a monitor here, and a peer names its senders as it likes.
+constexpr size_t kMaxWorkersPerNode = 1024;
 
 template <class Q, class A>
 struct WorkQueueOwnerState {
@@ -86,22 +89,46 @@ struct WorkQueueOwnerState {
     std::unique_ptr<dataflow::Worker<Q, A>> worker;
   };
   std::map<caf::actor_addr, Remote> workers;
+  std::map<caf::node_id, size_t> perNode;  // workers of each node
 };
 
 template <class Q, class A>
 using WorkQueueOwner = typename WorkQueueActor<Q, A>::template stateful_pointer<WorkQueueOwnerState<Q, A>>;
 
+// The current sender's Worker, made on its first read; null past
+// kMaxWorkersPerNode workers of its node.
 template <class Q, class A>
-dataflow::Worker<Q, A>& workerFor(WorkQueueOwner<Q, A> self) {
+dataflow::Worker<Q, A>* workerFor(WorkQueueOwner<Q, A> self) {
   auto sender = self->current_sender();
   auto addr = caf::actor_cast<caf::actor_addr>(sender);
+  auto found = self->state.workers.find(addr);
+  if (found != self->state.workers.end()) return found->second.worker.get();
+  caf::node_id node = sender ? sender->node() : caf::node_id();
+  size_t& count = self->state.perNode[node];
+  if (count >= kMaxWorkersPerNode) return nullptr;
+  ++count;
   auto& slot = self->state.workers[addr];
-  if (!slot.worker) {
-    slot.worker = std::make_unique<dataflow::Worker<Q, A>>(self->state.queue.worker());
-    slot.sender = sender;
-    if (sender) self->monitor(sender);
-  }
-  return *slot.worker;
+  slot.worker = std::make_unique<dataflow::Worker<Q, A>>(self->state.queue.worker());
+  slot.sender = sender;
+  if (sender) self->monitor(sender);
+  return slot.worker.get();
+}
+
+// The current sender's Worker if it has one (answers make none).
+template <class Q, class A>
+dataflow::Worker<Q, A>* workerOf(WorkQueueOwner<Q, A> self) {
+  auto it = self->state.workers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  return it == self->state.workers.end() ? nullptr : it->second.worker.get();
+}
+
+template <class Q, class A>
+void forgetWorker(WorkQueueOwner<Q, A> self, const caf::actor_addr& addr) {
+  auto it = self->state.workers.find(addr);
+  if (it == self->state.workers.end()) return;
+  caf::node_id node = it->second.sender ? it->second.sender->node() : caf::node_id();
+  self->state.workers.erase(it);
+  auto count = self->state.perNode.find(node);
+  if (count != self->state.perNode.end() && --count->second == 0) self->state.perNode.erase(count);
 }
 
 template <class Q, class A>
@@ -112,7 +139,7 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
   self->state.queue = std::move(queue);
   // A worker gone (its actor ended, or its node was lost or left): its
   // Worker goes, answering what it held with WorkerLost.
-  self->set_down_handler([self](caf::down_msg& down) { self->state.workers.erase(down.source); });
+  self->set_down_handler([self](caf::down_msg& down) { forgetWorker<Q, A>(self, down.source); });
   auto deliver = [](auto& promise, ReadResult<Job<Q>> job) {
     if (job.item) {
       promise.deliver(static_cast<uint8_t>(job.status), job.item->id, std::move(job.item->question));
@@ -121,17 +148,23 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
     }
   };
   // A job read anonymously would be held for nobody: refused.
-  auto anonymous = [self] {
+  auto refuse = [self](const char* why) {
     auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
-    promise.deliver(caf::make_error(caf::sec::invalid_argument, "an anonymous workqueue read"));
+    promise.deliver(caf::make_error(caf::sec::invalid_argument, why));
     return promise;
+  };
+  auto anonymous = [refuse] { return refuse("an anonymous workqueue read"); };
+  auto tooMany = [refuse] {
+    return refuse("too many workers of one node at this workqueue (kMaxWorkersPerNode)");
   };
   return {
       [=](work_read_atom) {
         if (!self->current_sender()) return anonymous();
         // Before the promise, which takes the sender out of the message.
         auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
-        auto questions = workerFor<Q, A>(self).questions();
+        auto* worker = workerFor<Q, A>(self);
+        if (!worker) return tooMany();
+        auto questions = worker->questions();
         // Weak: the parked read lives in that channel; a strong handle in
         // its callback would keep the channel, and so the read, for ever
         // (a node left with a read parked and the queue never closed).
@@ -151,14 +184,17 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
       },
       [=](work_try_read_atom) {
         if (!self->current_sender()) return anonymous();
-        auto& worker = workerFor<Q, A>(self);
+        auto* worker = workerFor<Q, A>(self);
+        if (!worker) return tooMany();
         auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
-        deliver(promise, worker.tryRead());
+        deliver(promise, worker->tryRead());
         return promise;
       },
       [=](work_answer_atom, uint64_t id, A& value) {
+        auto* worker = workerOf<Q, A>(self);
+        if (!worker) return false;  // it has read nothing
         try {
-          workerFor<Q, A>(self).answer(id, std::move(value));
+          worker->answer(id, std::move(value));
           return true;
         } catch (const std::logic_error&) {
           return false;  // not a job this worker holds
@@ -166,8 +202,10 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
       },
       [=](work_fail_atom, uint64_t id, std::string& what) {
         if (what.size() > kMaxFailureText) what.resize(kMaxFailureText);
+        auto* worker = workerOf<Q, A>(self);
+        if (!worker) return false;
         try {
-          workerFor<Q, A>(self).fail(id, std::make_exception_ptr(RemoteWorkFailed(what)));
+          worker->fail(id, std::make_exception_ptr(RemoteWorkFailed(what)));
           return true;
         } catch (const std::logic_error&) {
           return false;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "../support/harness.h"
+#include "attacker.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/remote/detail/frames.h>
@@ -52,47 +53,6 @@ caf::expected<T> ask(caf::scoped_actor& self, const caf::actor& to, caf::message
 
 std::string render(caf::actor_system& system, const caf::error& error) {
   return system.render(error);
-}
-
-
-// A hand-made peer: the pipe message of a batch of `frames`.
-actorpipe::Message frameMessage(const std::vector<actorpipe::remote::detail::Frame>& frames) {
-  using namespace actorpipe::remote::detail;
-  std::vector<std::pair<std::string, uint32_t>> encoded;
-  for (const auto& f : frames) encoded.emplace_back(encodeFrame(f), 0);
-  actorpipe::Message m;
-  m.metadata = encodeBatch(encoded);
-  return m;
-}
-
-// A hand-made peer says HELLO ("my window is huge") and looks `name` up on
-// `pipe`'s node; returns the actor's id.
-uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name) {
-  using namespace actorpipe::remote::detail;
-  Frame hello;
-  hello.kind = Frame::Kind::kHello;
-  hello.identity = "attacker";
-  hello.pid = 1;
-  hello.messages = 1u << 30;
-  hello.bytes = uint64_t{1} << 40;
-  REQUIRE(!testing::writeSync(pipe, frameMessage({hello})));
-  Frame lookup;
-  lookup.kind = Frame::Kind::kLookup;
-  lookup.request = 1;
-  lookup.name = name;
-  REQUIRE(!testing::writeSync(pipe, frameMessage({lookup})));
-  uint64_t target = 0;
-  for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
-    auto got = testing::readSync(pipe);
-    REQUIRE(!got.error);
-    std::vector<BatchEntry> entries;
-    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
-    for (auto& entry : entries) {
-      if (entry.frame.kind == Frame::Kind::kFound) target = entry.frame.aid;
-    }
-  }
-  REQUIRE(target != 0);
-  return target;
 }
 
 } // namespace
@@ -714,6 +674,86 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
   CHECK(victim.node().peers().empty());
   CHECK(*handled <= 2 * 4 + 16 + 1);
   MESSAGE("the actor saw " << handled->load() << " of the 200 messages before the link was cut");
+  pipe->close();
+  context->join();
+}
+
+// Waits up to `limit` for `node` to have no peer left.
+bool peersGone(Node& node, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!node.peers().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  return node.peers().empty();
+}
+
+TEST_CASE("a peer that asks and never reads is cut off once its answers pile up") {
+  // Only the byte bound may cut it here: the heartbeat bounds are far away.
+  NodeOptions options = TestNode::quick();
+  options.heartbeatInterval = 30s;
+  options.heartbeatTimeout = 60s;
+  options.maxQueuedControlBytes = 64 << 10;
+  TestNode victim(options);
+  publishAll(victim);
+  using namespace actorpipe::remote::detail;
+  // Over shm the victim's answers stall once the 2 MiB ring is full (this
+  // peer reads nothing more after the FOUND).
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("shm"));
+  attackerHello(*pipe, "summer");
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.name = "summer";
+  std::vector<Frame> frames(kMaxBatchFrames, lookup);
+  // A FOUND is ~30 bytes: 200 batches are ~6 MiB of answers, three times
+  // the ring and a hundred times the bound.
+  actorpipe::Error failed;
+  int batches = 0;
+  for (; batches < 200 && !failed && !victim.node().peers().empty(); ++batches) {
+    for (auto& f : frames) f.request = ++lookup.request;
+    failed = testing::writeSync(*pipe, frameMessage(frames), 10s);
+  }
+  MESSAGE("cut off after " << batches << " batches of " << kMaxBatchFrames << " LOOKUPs");
+  CHECK(peersGone(victim.node(), 10s));
+  pipe->close();
+  context->join();
+}
+
+TEST_CASE("a peer that speaks but leaves a write unread is cut off after the heartbeat bound") {
+  TestNode victim;  // the quick bounds; its answers may pile up freely
+  publishAll(victim);
+  using namespace actorpipe::remote::detail;
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("shm"));
+  uint64_t target = attackerHello(*pipe, "summer");
+  // A request whose answer (4 MiB) cannot fit the 2 MiB ring this peer
+  // never reads again; then BEATs, so its silence is not what ends it.
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, caf::make_message(std::string(4 << 20, 'x')), body));
+  Frame request;
+  request.kind = Frame::Kind::kMessage;
+  request.source = 7;
+  request.aid = target;
+  request.messageId = caf::make_message_id(uint64_t{1}).integer_value();
+  actorpipe::Message m = frameMessage({request});
+  m.payloads.push_back({body.bytes.data(), body.bytes.size(), ""});
+  REQUIRE(!testing::writeSync(*pipe, std::move(m), 10s));
+  Frame beat;
+  beat.kind = Frame::Kind::kBeat;
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + 10 * TestNode::kQuickTimeout;
+  while (!victim.node().peers().empty() && std::chrono::steady_clock::now() < deadline) {
+    if (testing::writeSync(*pipe, frameMessage({beat}), 5s)) break;
+    std::this_thread::sleep_for(TestNode::kQuickInterval / 2);
+  }
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  MESSAGE("cut off after " << took.count() << " ms (bound " << TestNode::kQuickTimeout.count()
+                           << " ms, +419 for the answer's bytes)");
+  CHECK(peersGone(victim.node(), 1s));
+  CHECK(took >= TestNode::kQuickTimeout);
   pipe->close();
   context->join();
 }

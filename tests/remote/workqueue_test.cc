@@ -13,9 +13,11 @@
 #include <thread>
 
 #include "../support/harness.h"
+#include "attacker.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/actors/remote/workqueue.h>
 
 using namespace remote_test;
@@ -295,10 +297,77 @@ TEST_CASE("serveFrom: the owner's node gone ends the serving with the reason") {
   owner->leave();
   auto ended = done->get_future();
   REQUIRE(ended.wait_for(10s) == std::future_status::ready);
-  // The node's reason: it left (BYE read), or, when its pipe's end is seen
-  // first under load, lost.
+  // The node's reason: it left (it closes only once its BYE is read here).
   auto error = ended.get();
   CAPTURE(node.system().render(error));
-  CHECK((actorpipe::remote::isError(error, RemoteError::kNodeLeft) ||
-         actorpipe::remote::isError(error, RemoteError::kNodeLost)));
+  CHECK(actorpipe::remote::isError(error, RemoteError::kNodeLeft));
+}
+
+TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them at an owner") {
+  using namespace actorpipe::remote::detail;
+  using actorpipe::remote::detail::kMaxWorkersPerNode;
+  TestNode owner;
+  WorkQueue<int32_t, int32_t> queue(64);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "jobs"));
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(owner.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, workQueueName("jobs"));
+  // A try-read from each of kMaxWorkersPerNode + 8 made-up senders, then an
+  // answer from one more that never read (it must not make a worker).
+  EncodedMessage read, answer;
+  REQUIRE(!encodeMessage(system, caf::make_message(actorpipe::remote::work_try_read_atom::value), read));
+  REQUIRE(!encodeMessage(system, caf::make_message(actorpipe::remote::work_answer_atom::value,
+                                                   uint64_t(1), int32_t(2)),
+                         answer));
+  const size_t senders = kMaxWorkersPerNode + 8;
+  for (size_t first = 1; first <= senders + 1; first += 256) {
+    std::vector<Frame> frames;
+    std::vector<const EncodedMessage*> bodies;
+    for (size_t source = first; source < first + 256 && source <= senders + 1; ++source) {
+      Frame f;
+      f.kind = Frame::Kind::kMessage;
+      f.source = source;
+      f.aid = target;
+      f.messageId = caf::make_message_id(uint64_t{1}).integer_value();
+      frames.push_back(f);
+      bodies.push_back(source <= senders ? &read : &answer);
+    }
+    actorpipe::Message m = frameMessage(frames);
+    for (auto* body : bodies) m.payloads.push_back({const_cast<char*>(body->bytes.data()), body->bytes.size(), ""});
+    REQUIRE(!testing::writeSync(*pipe, std::move(m), 10s));
+  }
+  // Every request is answered: a job status for the first
+  // kMaxWorkersPerNode senders, an error for the rest, false for the answer.
+  size_t jobs = 0, refused = 0, falses = 0;
+  while (jobs + refused + falses < senders + 1) {
+    auto got = testing::readSync(*pipe, 10s);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    size_t payload = 0, messages = 0;
+    for (auto& entry : entries) {
+      if (entry.frame.kind != Frame::Kind::kMessage) continue;
+      ++messages;
+      const auto& bytes = got.storage.payloads.at(payload++);
+      caf::message content;
+      REQUIRE(!decodeMessage(system, reinterpret_cast<const char*>(bytes.data()), bytes.size(), {}, content));
+      if (content.match_elements<caf::error>()) ++refused;
+      else if (content.match_elements<bool>()) falses += content.get_as<bool>(0) ? 0 : 1;
+      else ++jobs;
+    }
+    // The owner's answers count against its window to this peer: credit them.
+    Frame credit;
+    credit.kind = Frame::Kind::kCredit;
+    credit.messages = messages;
+    credit.bytes = uint64_t{1} << 30;
+    REQUIRE(!testing::writeSync(*pipe, frameMessage({credit}), 10s));
+  }
+  CHECK(jobs == kMaxWorkersPerNode);
+  CHECK(refused == 8);
+  CHECK(falses == 1);
+  pipe->close();
+  context->join();
 }

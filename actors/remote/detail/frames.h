@@ -8,7 +8,9 @@
 //                                                 + the message's tensors
 //   DOWN     aid, reason              an actor the peer may hold is gone
 //   BEAT                              nothing else was sent for a while
-//   BYE                               the node leaves on purpose
+//   BYE                               the node leaves on purpose: its
+//                                     last frame; the reader closes the
+//                                     pipe, then the leaver does
 //   CREDIT   messages, bytes          that many of the peer's MESSAGEs are
 //                                     done with here (see Link, "window")
 //   LINK     source aid, target aid   the sender's actor `source` linked

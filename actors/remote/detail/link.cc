@@ -213,16 +213,37 @@ caf::error Link::lostError(const std::string& cause) {
                        (url_.empty() ? std::string() : " at " + url_) + " lost: " + cause);
 }
 
-void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body) {
+void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body, bool windowed) {
   lastWrite_ = ticks(Clock::now());
+  std::string encoded = encodeFrame(frame);
+  size_t control = 0;
+  if (!windowed) {
+    control = encoded.size();
+    if (body) {
+      control += body->message.bytes.size();
+      for (const auto& tensor : body->message.tensors) control += tensor.nbytes();
+    }
+  }
   std::vector<Queued> batch;
+  size_t queued = 0;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    queue_.push_back(Queued{encodeFrame(frame), std::move(body), frame.kind == Frame::Kind::kBye});
-    // One pipe write at a time: what queues behind it goes in the next.
-    if (writing_) return;
-    writing_ = true;
-    batch = takeBatch();
+    if (dead_) return;
+    queue_.push_back(Queued{std::move(encoded), std::move(body), frame.kind == Frame::Kind::kBye, control});
+    queuedControl_ += control;
+    queued = queuedControl_;
+    if (queued <= options_.maxQueuedControlBytes) {
+      // One pipe write at a time: what queues behind it goes in the next.
+      if (writing_) return;
+      writing_ = true;
+      batch = takeBatch();
+    }
+  }
+  if (queued > options_.maxQueuedControlBytes) {
+    // Answers to a peer that asks and does not read would pile up for ever.
+    failProtocol(ACTORPIPE_ERROR(LimitExceededError, "frames queued for a peer that does not read them",
+                                 queued, options_.maxQueuedControlBytes));
+    return;
   }
   writeBatch(std::move(batch));
 }
@@ -238,6 +259,7 @@ std::vector<Link::Queued> Link::takeBatch() {
     size_t more = next.body ? 1 + next.body->message.tensors.size() : 0;
     if (!batch.empty() && entries + more > kMaxPipeEntries) break;
     entries += more;
+    queuedControl_ -= queue_.front().control;
     batch.push_back(std::move(queue_.front()));
     queue_.pop_front();
   }
@@ -268,25 +290,30 @@ void Link::writeBatch(std::vector<Queued> batch) {
     for (const auto& tensor : queued.body->message.tensors) writing += tensor.nbytes();
   }
   writingBytes_ = writing;
+  writeStarted_ = ticks(Clock::now());
   auto held = std::make_shared<std::vector<Queued>>(std::move(batch));  // bytes alive until written
   auto self = shared_from_this();
   pipe_->write(std::move(message), [self, held, bye](const Error& error) {
     InPipeCallback inCallback;
     self->unheardBytes_ = std::max(self->unheardBytes_.load(), self->writingBytes_.load());
     self->writingBytes_ = 0;
-    if (bye) {
-      self->fail(makeError(RemoteError::kNodeLeft, "this node left"));
-      return;
-    }
     if (error) {
-      self->fail(self->lostError(error.what()));
+      self->fail(bye ? makeError(RemoteError::kNodeLeft, "this node left") : self->lostError(error.what()));
       return;
     }
     std::vector<Queued> next;
     {
       std::lock_guard<std::mutex> guard(self->mutex_);
+      if (bye) {
+        // Nothing more goes out; the link ends when the peer closes its end
+        // (or NodeCore::leave stops waiting).
+        self->byeWritten_ = true;
+        self->writeStarted_ = 0;
+        return;
+      }
       if (self->queue_.empty() || self->dead_) {
         self->writing_ = false;
+        self->writeStarted_ = 0;
         return;
       }
       next = self->takeBatch();
@@ -366,7 +393,7 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   frame.source = source;
   frame.aid = target;
   frame.messageId = mid.integer_value();
-  write(frame, std::move(body));
+  write(frame, std::move(body), true);
 }
 
 bool Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
@@ -452,7 +479,7 @@ void Link::readNext() {
   pipe_->readDescriptor([self](const Error& error, Descriptor descriptor) {
     InPipeCallback inCallback;
     if (error) {
-      self->fail(self->lostError(error.what()));
+      self->failRead(error);
       return;
     }
     self->lastRead_ = ticks(Clock::now());
@@ -519,7 +546,7 @@ void Link::readNext() {
       InPipeCallback inCallback;
       self->readingBytes_ = 0;
       if (error) {
-        self->fail(self->lostError(error.what()));
+        self->failRead(error);
         return;
       }
       self->lastRead_ = ticks(Clock::now());
@@ -544,6 +571,16 @@ void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
   if (parsePipeTensor(entry, dtype, shape) || !pool_) return;
   if (entry.targetDevice ? !entry.targetDevice->isCpu() : !entry.sourceDevice.isCpu()) return;
   out = Tensor::fromStorage(pool_->take(entry.length), std::move(shape), dtype);
+}
+
+void Link::failRead(const Error& error) {
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    left = byeWritten_;
+  }
+  // After our BYE the peer closing its end is the leave completing.
+  fail(left ? makeError(RemoteError::kNodeLeft, "this node left") : lostError(error.what()));
 }
 
 void Link::failProtocol(const Error& error) {
@@ -839,9 +876,16 @@ void Link::sendDown(caf::actor_id aid, const caf::error& reason) {
 
 void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
                 std::chrono::milliseconds timeout) {
-  if (dead()) return;
-  auto sinceRead = now - Clock::time_point(Clock::duration(lastRead_.load()));
-  auto sinceWrite = now - Clock::time_point(Clock::duration(lastWrite_.load()));
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_ || byeWritten_) return;  // leaving: NodeCore::leave bounds the wait
+  }
+  auto since = [&](int64_t tick) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - Clock::time_point(Clock::duration(tick)));
+  };
+  auto sinceRead = since(lastRead_.load());
+  auto sinceWrite = since(lastWrite_.load());
   // Nothing else arrives while a message's bytes do (they share the pipe),
   // a loop busy writing a large one reads late, and a peer still reading
   // one we finished writing speaks late: a large message on a slow link gets
@@ -850,10 +894,21 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
   auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + sent) / 10000);
   if (sinceRead >= allowed) {
-    fail(lostError("nothing heard for " +
-                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(sinceRead).count()) +
+    fail(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
                    " ms (frozen, or the network between is cut)"));
     return;
+  }
+  // A peer's loop reads whatever arrives (its window bounds what it holds),
+  // so a write it leaves unread is a peer that speaks but does not listen:
+  // it would hold this write, and the senders behind it, for ever.
+  int64_t started = writeStarted_.load();
+  if (started != 0) {
+    auto waited = since(started);
+    if (waited >= timeout + std::chrono::milliseconds(writingBytes_.load() / 10000)) {
+      fail(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
+                     " ms"));
+      return;
+    }
   }
   if (sinceWrite >= interval) {
     Frame beat;

@@ -126,10 +126,12 @@ class Link : public std::enable_shared_from_this<Link> {
   // Our actor `source` linked itself to (unlinked from) the peer's `target`.
   void sendLink(caf::actor_id source, caf::actor_id target, bool link);
   // Ticker: a BEAT if nothing was written for `interval`; lost if nothing
-  // was read for `timeout`.
+  // was read for `timeout`, or a pipe write has waited that long for the
+  // peer to read it (each with time for the bytes in flight).
   void tick(Clock::time_point now, std::chrono::milliseconds interval,
             std::chrono::milliseconds timeout);
-  // BYE, then close; the peer's actors go down with kNodeLeft here too.
+  // BYE; the link ends (kNodeLeft here too) when the peer, having read it,
+  // closes its end.
   void leave();
   // The end: pending requests fail, proxies go down, the pipe closes.
   void fail(const caf::error& reason);
@@ -153,6 +155,7 @@ class Link : public std::enable_shared_from_this<Link> {
     std::string frame;
     std::shared_ptr<struct Outgoing> body;
     bool bye{false};
+    size_t control{0};  // its bytes, if the window does not count it
   };
   void onFrame(Frame frame, const std::vector<char>& payload, std::vector<Tensor> tensors,
                size_t bytes);
@@ -170,10 +173,15 @@ class Link : public std::enable_shared_from_this<Link> {
   // A peer's MESSAGE of `bytes` is read: refused if the peer is past the
   // window (it ignores CREDIT), before anything is allocated for it.
   Error hold(size_t bytes);
-  void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr);
+  // `windowed`: a MESSAGE the window counts (a local actor's send); any
+  // other frame counts against maxQueuedControlBytes until it is written.
+  void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr,
+             bool windowed = false);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void onLink(caf::actor_id source, caf::actor_id target, bool link);
   void failProtocol(const Error& error);
+  // The pipe failed a read: the peer is lost, or it closed after our BYE.
+  void failRead(const Error& error);
   // Makes `out` a host tensor for `entry` from the node's pool (large ones;
   // receiveTensor then reads into it in place).
   void poolTensor(const Descriptor::Tensor& entry, Tensor& out);
@@ -196,6 +204,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // still holds its tail, and the peer reads it, then handles it, before it
   // speaks again (a loop busy reading a large message writes late).
   std::atomic<size_t> unheardBytes_{0};
+  // When the pipe write in flight began (0: none in flight).
+  std::atomic<int64_t> writeStarted_{0};
 
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -234,7 +244,12 @@ class Link : public std::enable_shared_from_this<Link> {
   uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
   uint64_t heldBytes_{0};
   std::deque<Queued> queue_;
+  size_t queuedControl_{0};  // bytes of queue_ the window does not count
   bool writing_{false};  // a pipe write is in flight
+  // BYE is written: the peer closes its end once it has read it (closing
+  // ours first could fail the peer's own writes before it reads BYE, and it
+  // would see a loss instead of a leave).
+  bool byeWritten_{false};
 };
 
 } // namespace actorpipe::remote::detail

@@ -1,0 +1,57 @@
+#pragma once
+// A hand-made peer for the remote tests: it speaks the node protocol's
+// frames itself (detail/frames.h) over a pipe of its own, to attack a node.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "../support/harness.h"
+
+#include <actorpipe/actors/remote/detail/frames.h>
+
+namespace remote_test {
+
+// A hand-made peer: the pipe message of a batch of `frames`.
+inline actorpipe::Message frameMessage(const std::vector<actorpipe::remote::detail::Frame>& frames) {
+  using namespace actorpipe::remote::detail;
+  std::vector<std::pair<std::string, uint32_t>> encoded;
+  for (const auto& f : frames) encoded.emplace_back(encodeFrame(f), 0);
+  actorpipe::Message m;
+  m.metadata = encodeBatch(encoded);
+  return m;
+}
+
+// A hand-made peer says HELLO ("my window is huge") and looks `name` up on
+// `pipe`'s node; returns the actor's id.
+inline uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name) {
+  using namespace actorpipe::remote::detail;
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = "attacker";
+  hello.pid = 1;
+  hello.messages = 1u << 30;
+  hello.bytes = uint64_t{1} << 40;
+  REQUIRE(!testing::writeSync(pipe, frameMessage({hello})));
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.request = 1;
+  lookup.name = name;
+  REQUIRE(!testing::writeSync(pipe, frameMessage({lookup})));
+  uint64_t target = 0;
+  for (int i = 0; i < 2 && target == 0; ++i) {  // HELLO, then FOUND
+    auto got = testing::readSync(pipe);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      if (entry.frame.kind == Frame::Kind::kFound) target = entry.frame.aid;
+    }
+  }
+  REQUIRE(target != 0);
+  return target;
+}
+
+} // namespace remote_test
