@@ -400,6 +400,24 @@ TEST_CASE("links to an actor that is gone end the linker; a peer linking past th
   context->join();
 }
 
+TEST_CASE("an actor handle inside a message fails that request clearly; the link lives on") {
+  TestNode server;
+  publishAll(server);
+  TestNode client;
+  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
+  REQUIRE(summer);
+  caf::scoped_actor self{client.system()};
+  auto someone = client.system().spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  auto refused = ask<std::string>(self, *summer, caf::make_message(std::string("x"), someone));
+  REQUIRE(!refused);
+  CHECK(actorpipe::remote::isError(refused.error(), RemoteError::kUnsendable));
+  CHECK(render(client.system(), refused.error()).find("actor handle") != std::string::npos);
+  auto echo = ask<std::string>(self, *summer, caf::make_message(std::string("still here")));
+  REQUIRE_MESSAGE(echo, render(client.system(), echo.error()));
+  CHECK(*echo == "echo:still here");
+  caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("an idle healthy node is never declared dead; its pending requests stay pending") {
   TestNode server;
   publishAll(server);

@@ -7,6 +7,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 
 #include <actorpipe/actors/remote/detail/buffer_pool.h>
@@ -208,6 +210,29 @@ TEST_CASE("system messages are neither sent to peers nor taken from them") {
   Error e = decode(system, encoded.bytes);
   REQUIRE(e);
   CHECK(e.what().find("system message") != std::string::npos);
+}
+
+TEST_CASE("actor handles inside messages are neither written for peers nor taken from them") {
+  System s;
+  auto& system = *s.system;
+  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  // Without CAF's io module every node id is none: a handle CAF decoded
+  // would name one of the receiver's own actors.
+  caf::message holding = caf::make_message(std::string("reply to"), someone);
+  caf::message address = caf::make_message(caf::actor_cast<caf::actor_addr>(someone));
+  EncodedMessage other;
+  CHECK(encodeMessage(system, address, other));
+  EncodedMessage encoded;
+  Error refused = encodeMessage(system, holding, encoded);
+  REQUIRE(refused);
+  CHECK(refused.what().find("actor handle") != std::string::npos);
+  std::vector<char> bytes;
+  caf::binary_serializer sink(system, bytes);  // as a peer could write it
+  REQUIRE(!holding.save(sink));
+  Error e = decode(system, bytes);
+  REQUIRE(e);
+  CHECK(e.what().find("actor handle") != std::string::npos);
+  caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("a Tensor outside a remote message is not serialized") {
