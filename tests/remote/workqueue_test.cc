@@ -315,8 +315,9 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(owner.node().url("tcp"));
   uint64_t target = attackerHello(*pipe, workQueueName("jobs"));
-  // A try-read from each of kMaxWorkersPerNode + 8 made-up senders, then an
-  // answer from one more that never read (it must not make a worker).
+  // First an answer from a sender that never read (it must not make a
+  // worker: one that did would leave room for one reader fewer), then a
+  // try-read from each of kMaxWorkersPerNode + 8 other made-up senders.
   EncodedMessage read, answer;
   REQUIRE(!encodeMessage(system, caf::make_message(actorpipe::remote::work_try_read_atom::value), read));
   REQUIRE(!encodeMessage(system, caf::make_message(actorpipe::remote::work_answer_atom::value,
@@ -333,7 +334,7 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
       f.aid = target;
       f.messageId = caf::make_message_id(uint64_t{1}).integer_value();
       frames.push_back(f);
-      bodies.push_back(source <= senders ? &read : &answer);
+      bodies.push_back(source == 1 ? &answer : &read);
     }
     actorpipe::Message m = frameMessage(frames);
     for (auto* body : bodies) m.payloads.push_back({const_cast<char*>(body->bytes.data()), body->bytes.size(), ""});

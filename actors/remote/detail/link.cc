@@ -241,8 +241,10 @@ void Link::write(const Frame& frame, std::shared_ptr<Outgoing> body, bool window
   }
   if (queued > options_.maxQueuedControlBytes) {
     // Answers to a peer that asks and does not read would pile up for ever.
-    failProtocol(ACTORPIPE_ERROR(LimitExceededError, "frames queued for a peer that does not read them",
-                                 queued, options_.maxQueuedControlBytes));
+    failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer does not read: " + std::to_string(queued) +
+                                                    " bytes of answers and control frames queued for it"
+                                                    " (maxQueuedControlBytes " +
+                                                    std::to_string(options_.maxQueuedControlBytes) + ")"));
     return;
   }
   writeBatch(std::move(batch));
