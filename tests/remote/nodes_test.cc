@@ -328,13 +328,20 @@ TEST_CASE("links both ways: a local actor's exit reaches the remote actor linked
 }
 
 TEST_CASE("links to an actor that is gone end the linker; a peer linking past the bound is cut off") {
-  TestNode server;
+  // Cutting the attacker off ends its 65,536 links (a proxy killed each) on
+  // the server's loop: under TSan that alone took longer than the quick
+  // heartbeat bound, and the client's link was declared lost on both sides.
+  // This test is about the bound, so its nodes wait longer.
+  NodeOptions patient = TestNode::quick();
+  patient.heartbeatInterval = 1s;
+  patient.heartbeatTimeout = 15s;
+  TestNode server(patient);
   auto mortal = server.system().spawn([](caf::event_based_actor* self) -> caf::behavior {
     return {[=](int32_t) { self->quit(caf::exit_reason::user_shutdown); }};
   });
   REQUIRE(!server.node().publish(mortal, "mortal"));
   REQUIRE(!server.node().publish(server.system().spawn(summer), "summer"));
-  TestNode client;
+  TestNode client(patient);
   auto remote = client.node().remoteActor(server.node().url("tcp"), "mortal");
   REQUIRE(remote);
   caf::anon_send(*remote, int32_t(1));

@@ -903,10 +903,13 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   // A peer's loop reads whatever arrives (its window bounds what it holds),
   // so a write it leaves unread is a peer that speaks but does not listen:
   // it would hold this write, and the senders behind it, for ever.
+  // Only once the peer has spoken after the bound passed: a loop of ours
+  // too busy to finish the write would not have read that either.
   int64_t started = writeStarted_.load();
   if (started != 0) {
     auto waited = since(started);
-    if (waited >= timeout + std::chrono::milliseconds(writingBytes_.load() / 10000)) {
+    auto bound = timeout + std::chrono::milliseconds(writingBytes_.load() / 10000);
+    if (waited >= bound && sinceRead < waited - bound) {
       fail(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
                      " ms"));
       return;

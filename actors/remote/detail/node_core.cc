@@ -200,10 +200,14 @@ void NodeCore::onLocalDown(caf::actor_id aid, const caf::error& reason) {
   std::vector<std::shared_ptr<Link>> links;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    exported_.erase(aid);
     links.assign(links_.begin(), links_.end());
   }
+  // The DOWN first, then forget the actor: a LINK read meanwhile still
+  // finds it (CAF answers it with the actor's reason), and one read after
+  // gets its "gone" DOWN behind this one, not before it with reason unknown.
   for (auto& link : links) link->sendDown(aid, reason);
+  std::lock_guard<std::mutex> guard(mutex_);
+  exported_.erase(aid);
 }
 
 void NodeCore::tick() {
