@@ -1,6 +1,9 @@
 #include <actorpipe/actors/remote/node.h>
 
+#include <stdexcept>
+
 #include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
 
 #include <actorpipe/actors/remote/detail/node_core.h>
 #include <actorpipe/actors/tensor.h>
@@ -40,10 +43,34 @@ void addMessageTypes(caf::actor_system_config& config) {
 void configure(caf::actor_system_config& config) {
   addMessageTypes(config);
   config.set("scheduler.policy", caf::atom("sharing"));
+  // Only CAF's middleman sets an actor system's node id, and actor handles
+  // in messages need one: CAF writes a handle as (actor id, node id) and
+  // reads one with this system's id as one of its own actors, any other as
+  // a proxy. Loaded twice (the user's own load too), the second replaces
+  // the first before either starts. Its multiplexer thread sleeps unless
+  // CAF's own publish/remote_actor are used; its manager actor runs on the
+  // scheduler instead of a thread of its own.
+  config.load<caf::io::middleman>();
+  config.set("middleman.attach-utility-actors", true);
 }
 
+namespace {
+caf::actor_system& withNodeId(caf::actor_system& system) {
+  // Without a node id every system is "none": a peer's actor handle would
+  // read as one of this system's own actors.
+  if (!system.node()) {
+    throw std::invalid_argument(
+        "actorpipe node: the actor system has no node id; call "
+        "actorpipe::remote::configure(cfg) before making it (it loads CAF's io module, "
+        "which gives the system its id)");
+  }
+  return system;
+}
+} // namespace
+
 Node::Node(caf::actor_system& system, NodeOptions options)
-    : system_(system), core_(std::make_shared<detail::NodeCore>(system, std::move(options))) {
+    : system_(withNodeId(system)),
+      core_(std::make_shared<detail::NodeCore>(system, std::move(options))) {
   core_->start();
 }
 

@@ -34,8 +34,9 @@
 // Links work both ways, as CAF's: a local actor linked to a remote one gets
 // its exit_msg (its exit reason, or the node's loss), and the remote one
 // gets the local one's (LINK and UNLINK frames; the end travels as DOWN).
-// Not yet (docs/remote.md): actor handles inside messages (the sender's own
-// handle travels, others do not), forwarding through a third node.
+// Actor handles inside messages travel as with CAF's middleman (a proxy on
+// the other node; home again, the actor itself). Not yet (docs/remote.md):
+// forwarding through a third node (a third node's handle is refused).
 //
 // Backpressure: at most `windowMessages` messages (and `windowBytes`) to
 // one peer node are in flight, counted from the send until the receiving
@@ -156,15 +157,18 @@ caf::error trySend(Self&& self, const Dest& dest, Ts&&... xs) {
 // Registers what remote messages of actorpipe carry (Tensor); call on the
 // config before the actor system is made, on every node.
 void addMessageTypes(caf::actor_system_config& config);
-// addMessageTypes, and CAF's work-sharing scheduler: its idle workers block
+// addMessageTypes; CAF's work-sharing scheduler: its idle workers block
 // until work comes, where work stealing's poll and then sleep in steps (a
 // remote request/reply measured 35 us against 234 us on the same machine,
-// docs/benchmarks.md, "Remote actors"). What a node's system should have.
+// docs/benchmarks.md, "Remote actors"); and CAF's io module, for the node
+// id only (actor handles inside messages name their node). What a node's
+// system must have: a Node refuses a system without a node id.
 void configure(caf::actor_system_config& config);
 
 class Node {
  public:
-  // Listens at once; throws std::runtime_error if it cannot.
+  // Listens at once; throws std::runtime_error if it cannot, and
+  // std::invalid_argument for a system made without configure() (no node id).
   Node(caf::actor_system& system, NodeOptions options = NodeOptions());
   ~Node();  // leave()
   Node(const Node&) = delete;

@@ -60,6 +60,7 @@ Options gOptions;
 
 void configure(caf::actor_system_config& cfg) {
   if (gOptions.scheduler == "sharing") cfg.set("scheduler.policy", caf::atom("sharing"));
+  else cfg.set("scheduler.policy", caf::atom("stealing"));
 }
 
 double median(std::vector<double> v) {
@@ -129,8 +130,8 @@ remote::NodeOptions nodeOptions(bool shm) {
 Child serveNode(bool shm) {
   return forkChild([shm](int fd) {
     caf::actor_system_config cfg;
+    remote::configure(cfg);
     configure(cfg);
-    remote::addMessageTypes(cfg);
     caf::actor_system system{cfg};
     remote::Node node(system, nodeOptions(shm));
     node.publish(system.spawn(echo), "echo");
@@ -316,8 +317,8 @@ int main(int argc, char** argv) {
       Child server = serveNode(shm);
       std::string url = server.line;
       caf::actor_system_config cfg;
+      remote::configure(cfg);
       configure(cfg);
-      remote::addMessageTypes(cfg);
       caf::actor_system system{cfg};
       {
         remote::Node node(system, nodeOptions(shm));

@@ -1,7 +1,8 @@
 // What a peer node sends (actors/remote/detail/): node frames, batches of
 // them (a pipe message's metadata), and the CAF-encoded part of a message
 // with its tensors. The first byte chooses, by its remainder mod 3: 0, a
-// frame (whatever decodes must encode back to the same bytes); 1, a message
+// frame (whatever decodes must encode back to the same bytes; a HELLO's
+// node id is decoded too); 1, a message
 // with (byte / 3) % 4 tensors received beside it; 2, a batch (likewise).
 #include <cstdint>
 #include <cstdlib>
@@ -39,6 +40,11 @@ void frame(const std::string& bytes) {
     std::abort();
   }
   if (encodeFrame(f) != bytes) std::abort();
+  if (f.kind == Frame::Kind::kHello) {
+    if (f.node.empty() || f.node.size() > kMaxNodeIdLength) std::abort();
+    caf::node_id id;
+    if (!decodeNodeId(system(), f.node, id) && !id) std::abort();  // a HELLO's node id: CAF's bytes
+  }
 }
 
 void batch(const std::string& bytes) {

@@ -10,9 +10,27 @@
 
 #include "../support/harness.h"
 
+#include <caf/binary_serializer.hpp>
+#include <caf/node_id.hpp>
+
 #include <actorpipe/actors/remote/detail/frames.h>
 
 namespace remote_test {
+
+// The CAF node id the hand-made peer claims in its HELLO.
+inline caf::node_id attackerNode() {
+  caf::node_id::default_data::host_id_type host;
+  host.fill(0xa7);
+  return caf::make_node_id(4242, host);
+}
+
+// A node id as CAF serializes it.
+inline std::vector<char> nodeIdBytes(const caf::node_id& id) {
+  std::vector<char> out;
+  caf::binary_serializer sink(nullptr, out);
+  REQUIRE(!sink(const_cast<caf::node_id&>(id)));
+  return out;
+}
 
 // A hand-made peer: the pipe message of a batch of `frames`.
 inline actorpipe::Message frameMessage(const std::vector<actorpipe::remote::detail::Frame>& frames) {
@@ -24,14 +42,17 @@ inline actorpipe::Message frameMessage(const std::vector<actorpipe::remote::deta
   return m;
 }
 
-// A hand-made peer says HELLO ("my window is huge") and looks `name` up on
-// `pipe`'s node; returns the actor's id.
-inline uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name) {
+// A hand-made peer says HELLO ("my window is huge"; `node` is the CAF node
+// id it claims) and looks `name` up on `pipe`'s node; returns the actor's id.
+inline uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name,
+                              const caf::node_id& claimed = attackerNode()) {
   using namespace actorpipe::remote::detail;
   Frame hello;
   hello.kind = Frame::Kind::kHello;
   hello.identity = "attacker";
   hello.pid = 1;
+  auto node = nodeIdBytes(claimed);
+  hello.node.assign(node.begin(), node.end());
   hello.messages = 1u << 30;
   hello.bytes = uint64_t{1} << 40;
   REQUIRE(!testing::writeSync(pipe, frameMessage({hello})));

@@ -1,11 +1,14 @@
 // Actors across nodes: two nodes in this process (each its own actor system
 // and Context), and nodes in forked processes for the failures (kill -9,
 // SIGSTOP, a clean leave, a stranger without the secret).
+#include <endian.h>
 #include <signal.h>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <deque>
 #include <condition_variable>
@@ -407,22 +410,284 @@ TEST_CASE("links to an actor that is gone end the linker; a peer linking past th
   context->join();
 }
 
-TEST_CASE("an actor handle inside a message fails that request clearly; the link lives on") {
+using keep_atom = caf::atom_constant<caf::atom("keep")>;
+using call_atom = caf::atom_constant<caf::atom("call")>;
+using downs_atom = caf::atom_constant<caf::atom("downs")>;
+
+// Keeps an actor handle it is sent (alone, or the first of a vector), calls
+// it, gives it back, and counts the down_msgs of what it keeps.
+struct KeeperState {
+  caf::actor kept;
+  std::vector<caf::error> downs;
+};
+caf::behavior keeper(caf::stateful_actor<KeeperState>* self) {
+  self->set_down_handler([self](caf::down_msg& down) { self->state.downs.push_back(down.reason); });
+  auto keep = [self](caf::actor handle) {
+    bool valid = static_cast<bool>(handle);
+    if (valid) self->monitor(handle);
+    self->state.kept = std::move(handle);
+    return valid;
+  };
+  return {
+      [keep](keep_atom, caf::actor& handle) { return keep(std::move(handle)); },
+      [keep](keep_atom, std::vector<caf::actor>& handles) {
+        return !handles.empty() && keep(std::move(handles.front()));
+      },
+      [self](call_atom, int32_t x) {
+        auto rp = self->make_response_promise<int32_t>();
+        self->request(self->state.kept, 10s, x)
+            .then([rp](int32_t y) mutable { rp.deliver(y); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](get_atom) { return self->state.kept; },
+      [self](downs_atom) {
+        std::vector<std::string> out;
+        for (auto& e : self->state.downs) out.push_back(self->system().render(e));
+        return out;
+      },
+  };
+}
+
+caf::behavior adder() {
+  return {[](int32_t x) { return x + 1; }};
+}
+
+TEST_CASE("actor handles travel inside messages: a proxy that answers, is watched, and comes home") {
   TestNode server;
-  publishAll(server);
   TestNode client;
-  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
-  REQUIRE(summer);
-  caf::scoped_actor self{client.system()};
-  auto someone = client.system().spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
-  auto refused = ask<std::string>(self, *summer, caf::make_message(std::string("x"), someone));
-  REQUIRE(!refused);
-  CHECK(actorpipe::remote::isError(refused.error(), RemoteError::kUnsendable));
-  CHECK(render(client.system(), refused.error()).find("actor handle") != std::string::npos);
-  auto echo = ask<std::string>(self, *summer, caf::make_message(std::string("still here")));
-  REQUIRE_MESSAGE(echo, render(client.system(), echo.error()));
-  CHECK(*echo == "echo:still here");
+  for (std::string transport : {"tcp", "shm"}) {
+    CAPTURE(transport);
+    REQUIRE(!server.node().publish(server.own(server.system().spawn(keeper)), "keeper-" + transport));
+    auto remote = client.node().remoteActor(server.node().url(transport), "keeper-" + transport);
+    REQUIRE(remote);
+    auto added = client.system().spawn(adder);
+    caf::scoped_actor self{client.system()};
+    // The client's actor, in a message: the server's keeper gets a proxy.
+    auto kept = ask<bool>(self, *remote, caf::make_message(keep_atom::value, added));
+    REQUIRE_MESSAGE(kept, render(client.system(), kept.error()));
+    CHECK(*kept);
+    // Its request to that proxy crosses back to the client's actor.
+    auto sum = ask<int32_t>(self, *remote, caf::make_message(call_atom::value, int32_t(41)));
+    REQUIRE_MESSAGE(sum, render(client.system(), sum.error()));
+    CHECK(*sum == 42);
+    // Sent back, the handle is the client's actor itself, not a proxy.
+    auto back = ask<caf::actor>(self, *remote, caf::make_message(get_atom::value));
+    REQUIRE(back);
+    CHECK(*back == added);
+    // The server's own actor, sent to it through the client's proxy of it,
+    // comes home as itself too.
+    auto home = ask<bool>(self, *remote, caf::make_message(keep_atom::value, *remote));
+    REQUIRE(home);
+    CHECK(*home);
+    // (keep it back to the adder for the monitor below)
+    REQUIRE(ask<bool>(self, *remote, caf::make_message(keep_atom::value, added)));
+    // The adder's end reaches the keeper's monitor (WATCH, then DOWN).
+    caf::anon_send_exit(added, caf::exit_reason::user_shutdown);
+    std::vector<std::string> downs;
+    for (int i = 0; i < 500 && downs.size() < 2; ++i) {
+      auto got = ask<std::vector<std::string>>(self, *remote, caf::make_message(downs_atom::value));
+      REQUIRE_MESSAGE(got, render(client.system(), got.error()));
+      downs = *got;
+      if (downs.size() < 2) std::this_thread::sleep_for(10ms);
+    }
+    // The keeper monitored the adder twice and its own actor once: the
+    // adder's two downs came; its own is still alive.
+    REQUIRE(downs.size() == 2);
+    CHECK(downs[0].find("user_shutdown") != std::string::npos);
+    CHECK(downs[1].find("user_shutdown") != std::string::npos);
+  }
+}
+
+TEST_CASE("a third node's actor in a message is refused clearly, when sent or when read") {
+  TestNode a;
+  TestNode b;
+  TestNode c;
+  REQUIRE(!b.node().publish(b.own(b.system().spawn(keeper)), "keeper"));
+  REQUIRE(!c.node().publish(c.own(c.system().spawn(adder)), "adder"));
+  auto keeperAtB = a.node().remoteActor(b.node().url("tcp"), "keeper");
+  auto adderAtC = a.node().remoteActor(c.node().url("tcp"), "adder");
+  REQUIRE(keeperAtB);
+  REQUIRE(adderAtC);
+  caf::scoped_actor self{a.system()};
+  // An element: A sees it before sending.
+  auto sent = ask<bool>(self, *keeperAtB, caf::make_message(keep_atom::value, *adderAtC));
+  REQUIRE(!sent);
+  CHECK(actorpipe::remote::isError(sent.error(), RemoteError::kUnsendable));
+  CHECK(render(a.system(), sent.error()).find("third node") != std::string::npos);
+  // Inside a vector: B refuses it on reading (it would arrive as no actor).
+  auto read = ask<bool>(self, *keeperAtB,
+                        caf::make_message(keep_atom::value, std::vector<caf::actor>{*adderAtC}));
+  REQUIRE(!read);
+  CHECK(actorpipe::remote::isError(read.error(), RemoteError::kUnsendable));
+  CHECK(render(a.system(), read.error()).find("third node") != std::string::npos);
+  // The link lives on: a handle of A's own actor inside a vector goes.
+  auto added = a.system().spawn(adder);
+  auto fine = ask<bool>(self, *keeperAtB, caf::make_message(keep_atom::value, std::vector<caf::actor>{added}));
+  REQUIRE_MESSAGE(fine, render(a.system(), fine.error()));
+  CHECK(*fine);
+  caf::anon_send_exit(added, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a node refuses an actor system without a node id") {
+  caf::actor_system_config cfg;
+  actorpipe::remote::addMessageTypes(cfg);  // no remote::configure: no CAF io module
+  caf::actor_system system{cfg};
+  CHECK_THROWS_AS(actorpipe::remote::Node(system, TestNode::quick()), std::invalid_argument);
+}
+
+TEST_CASE("a peer claiming this node's CAF node id is cut off") {
+  TestNode victim;
+  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  using namespace actorpipe::remote::detail;
+  Frame hello;
+  hello.kind = Frame::Kind::kHello;
+  hello.identity = "attacker";
+  hello.pid = 1;
+  auto node = nodeIdBytes(victim.system().node());
+  hello.node.assign(node.begin(), node.end());
+  hello.messages = 16;
+  hello.bytes = 1 << 20;
+  REQUIRE(!testing::writeSync(*pipe, frameMessage({hello})));
+  actorpipe::Error readError;
+  for (int i = 0; i < 10 && !readError; ++i) readError = testing::readSync(*pipe, 10s).error;
+  CHECK(readError);
+  pipe->close();
+  context->join();
+}
+
+TEST_CASE("a peer that WATCHes an actor it was never given gets its DOWN and no way in") {
+  TestNode victim;
+  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+  auto hits = std::make_shared<std::atomic<int>>(0);
+  auto hidden = victim.own(victim.system().spawn([hits]() -> caf::behavior {  // never published, never sent
+    return {[hits](int32_t x) {
+      ++*hits;
+      return x;
+    }};
+  }));
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  using namespace actorpipe::remote::detail;
+  attackerHello(*pipe, "keeper");
+  Frame watch;
+  watch.kind = Frame::Kind::kWatch;
+  watch.aid = hidden.id();
+  Frame message;
+  message.kind = Frame::Kind::kMessage;
+  message.source = 5;
+  message.aid = hidden.id();
+  message.messageId = caf::make_message_id(caf::message_priority::normal).integer_value() | 7;
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(victim.system(), caf::make_message(int32_t(1)), body));
+  actorpipe::Message m = frameMessage({watch, message});
+  m.payloads.push_back({body.bytes.data(), body.bytes.size(), ""});
+  REQUIRE(!testing::writeSync(*pipe, std::move(m)));
+  bool down = false, answered = false;
+  for (int i = 0; i < 20 && !(down && answered); ++i) {
+    auto got = testing::readSync(*pipe, 10s);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      down = down || (entry.frame.kind == Frame::Kind::kDown && entry.frame.aid == hidden.id());
+      answered = answered || (entry.frame.kind == Frame::Kind::kMessage && entry.frame.aid == 5);
+    }
+  }
+  CHECK(down);
+  CHECK(answered);  // "no actor", answered: the actor never got it
+  CHECK(*hits == 0);
+  pipe->close();
+  context->join();
+}
+
+TEST_CASE("a peer that sends handles of more of its actors than the bound is cut off") {
+  using namespace actorpipe::remote::detail;
+  NodeOptions options = TestNode::quick();
+  options.windowMessages = size_t{1} << 20;  // only the handle bound may cut it
+  options.heartbeatInterval = 1s;            // 2^16 proxies made and killed on the loop
+  options.heartbeatTimeout = 15s;
+  TestNode victim(options);
+  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  // A message with one handle, made by this system, then made the
+  // attacker's: its node id bytes replaced by those its HELLO claims, and
+  // the actor id (the 8 bytes before them) counted up.
+  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, caf::make_message(keep_atom::value, someone), body));
   caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
+  std::vector<char> ours = nodeIdBytes(system.node()), theirs = nodeIdBytes(attackerNode());
+  REQUIRE(ours.size() == theirs.size());
+  auto at = std::search(body.bytes.begin(), body.bytes.end(), ours.begin(), ours.end());
+  REQUIRE(at != body.bytes.end());
+  size_t nodeAt = static_cast<size_t>(at - body.bytes.begin());
+  REQUIRE(nodeAt >= 8);
+  uint64_t written = 0;
+  std::memcpy(&written, body.bytes.data() + nodeAt - 8, 8);
+  REQUIRE(be64toh(written) == someone.id());  // CAF writes it big-endian
+  std::copy(theirs.begin(), theirs.end(), body.bytes.begin() + nodeAt);
+
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "keeper");
+  uint64_t nextAid = 1000;
+  // Sends `count` messages, each with a handle of a new actor of "ours".
+  auto sendHandles = [&](size_t count) {
+    actorpipe::Error failed;
+    while (count > 0 && !failed) {
+      size_t n = std::min(count, kMaxBatchFrames);
+      Frame f;
+      f.kind = Frame::Kind::kMessage;
+      f.aid = target;
+      std::vector<Frame> frames(n, f);
+      std::vector<std::vector<char>> payloads(n, body.bytes);
+      actorpipe::Message m = frameMessage(frames);
+      for (auto& p : payloads) {
+        uint64_t aid = htobe64(nextAid++);
+        std::memcpy(p.data() + nodeAt - 8, &aid, 8);
+        m.payloads.push_back({p.data(), p.size(), ""});
+      }
+      failed = testing::writeSync(*pipe, std::move(m), 20s);
+      count -= n;
+    }
+    return failed;
+  };
+  // Up to the bound: every handle is watched (a WATCH each), the link lives.
+  REQUIRE(!sendHandles(kMaxPeerHandles));
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.request = 2;
+  lookup.name = "keeper";
+  REQUIRE(!testing::writeSync(*pipe, frameMessage({lookup})));
+  size_t watches = 0;
+  bool found = false;
+  while (!found) {
+    auto got = testing::readSync(*pipe, 20s);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      if (entry.frame.kind == Frame::Kind::kWatch) ++watches;
+      found = found || (entry.frame.kind == Frame::Kind::kFound && entry.frame.request == 2);
+    }
+  }
+  CHECK(watches == kMaxPeerHandles);
+  CHECK(victim.node().peers().size() == 1);
+  // One more: cut off.
+  sendHandles(1);
+  bool gone = false;
+  for (int i = 0; i < 1000 && !gone; ++i) {
+    gone = victim.node().peers().empty();
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(gone);
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("an idle healthy node is never declared dead; its pending requests stay pending") {

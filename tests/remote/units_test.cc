@@ -23,7 +23,7 @@ namespace {
 
 struct System {
   System() {
-    remote::addMessageTypes(config);
+    remote::configure(config);  // node ids: handles name their node
     config.set("scheduler.max-threads", 1);
     system.emplace(config);
   }
@@ -118,6 +118,40 @@ TEST_CASE("frames round-trip and refuse what is not theirs") {
       CHECK(decodeFrame(encodeFrame(link), back));
     }
   }
+  SUBCASE("WATCH: an id, not 0, nothing after; HELLO: a node id, not empty, bounded") {
+    Frame watch;
+    watch.kind = Frame::Kind::kWatch;
+    watch.aid = 9;
+    std::string encoded = encodeFrame(watch);
+    REQUIRE(!decodeFrame(encoded, back));
+    CHECK(back.kind == Frame::Kind::kWatch);
+    CHECK(back.aid == 9);
+    for (size_t n = 0; n < encoded.size(); ++n) CHECK(decodeFrame(encoded.substr(0, n), back));
+    CHECK(decodeFrame(encoded + "x", back));
+    watch.aid = 0;
+    CHECK(decodeFrame(encodeFrame(watch), back));
+    Frame hello;
+    hello.kind = Frame::Kind::kHello;
+    hello.identity = "a";
+    hello.node = "n";
+    REQUIRE(!decodeFrame(encodeFrame(hello), back));
+    CHECK(back.node == "n");
+    hello.node.clear();
+    CHECK(decodeFrame(encodeFrame(hello), back));
+    hello.node.assign(kMaxNodeIdLength + 1, 'n');
+    CHECK(decodeFrame(encodeFrame(hello), back));
+  }
+  SUBCASE("node ids: this system's round trip; garbage, trailing bytes and none refused") {
+    System s;
+    auto& system = *s.system;
+    std::string bytes = encodeNodeId(system, system.node());
+    caf::node_id id;
+    REQUIRE(!decodeNodeId(system, bytes, id));
+    CHECK(id == system.node());
+    CHECK(decodeNodeId(system, bytes + "x", id));
+    for (size_t n = 0; n < bytes.size(); ++n) CHECK(decodeNodeId(system, bytes.substr(0, n), id));
+    CHECK(decodeNodeId(system, encodeNodeId(system, caf::node_id()), id));
+  }
   SUBCASE("names: empty, spaces, control bytes, too long") {
     for (std::string name : {std::string(), std::string("a b"), std::string("a\nb"),
                              std::string(kMaxNameLength + 1, 'n')}) {
@@ -199,10 +233,22 @@ TEST_CASE("a count the bytes cannot hold is refused before anything is allocated
   CHECK(decode(system, index));
 }
 
+// Ends `actor` when the test case ends, passed or not: a handle CAF wrote
+// keeps its actor in CAF's registry until the actor ends, and the actor
+// system's end waits for it.
+struct EndsWith {
+  caf::actor actor;
+  ~EndsWith() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+};
+
 TEST_CASE("system messages are neither sent to peers nor taken from them") {
   System s;
   auto& system = *s.system;
-  caf::message exit = caf::make_message(caf::exit_msg{nullptr, caf::exit_reason::kill});
+  // From one of this system's actors: a handle this node reads back itself
+  // (a null one would need a link's proxy registry to decode).
+  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  EndsWith end{someone};
+  caf::message exit = caf::make_message(caf::exit_msg{someone.address(), caf::exit_reason::kill});
   CHECK(isSystemMessage(exit));
   CHECK(!isSystemMessage(caf::make_message(std::string("exit"))));
   EncodedMessage encoded;
@@ -212,27 +258,35 @@ TEST_CASE("system messages are neither sent to peers nor taken from them") {
   CHECK(e.what().find("system message") != std::string::npos);
 }
 
-TEST_CASE("actor handles inside messages are neither written for peers nor taken from them") {
-  System s;
-  auto& system = *s.system;
-  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
-  // Without CAF's io module every node id is none: a handle CAF decoded
-  // would name one of the receiver's own actors.
+TEST_CASE("actor handles: this node's come home as themselves; another node's need a link") {
+  System a;
+  System b;
+  REQUIRE(a.system->node());
+  REQUIRE(b.system->node());
+  REQUIRE(a.system->node() != b.system->node());
+  auto someone = a.system->spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  EndsWith end{someone};
   caf::message holding = caf::make_message(std::string("reply to"), someone);
-  caf::message address = caf::make_message(caf::actor_cast<caf::actor_addr>(someone));
-  EncodedMessage other;
-  CHECK(encodeMessage(system, address, other));
   EncodedMessage encoded;
-  Error refused = encodeMessage(system, holding, encoded);
-  REQUIRE(refused);
-  CHECK(refused.what().find("actor handle") != std::string::npos);
-  std::vector<char> bytes;
-  caf::binary_serializer sink(system, bytes);  // as a peer could write it
-  REQUIRE(!holding.save(sink));
-  Error e = decode(system, bytes);
+  REQUIRE(!encodeMessage(*a.system, holding, encoded));
+  // Read back by its own node: the actor itself (CAF's registry).
+  caf::message out;
+  REQUIRE(!decodeMessage(*a.system, encoded.bytes.data(), encoded.bytes.size(), {}, out));
+  REQUIRE(out.match_elements<std::string, caf::actor>());
+  CHECK(out.get_as<caf::actor>(1) == someone);
+  // Read by another node without a link's proxies: refused, not resolved
+  // among that node's own actors.
+  Error e = decode(*b.system, encoded.bytes);
   REQUIRE(e);
-  CHECK(e.what().find("actor handle") != std::string::npos);
-  caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
+  CHECK(e.isOfType<ProtocolError>());
+  // A third node's handle among the elements is seen before sending.
+  auto elsewhere = b.system->spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  EndsWith end2{elsewhere};
+  CHECK(holdsHandleOfAnotherNode(caf::make_message(elsewhere), a.system->node(), caf::node_id()));
+  CHECK(!holdsHandleOfAnotherNode(caf::make_message(elsewhere), a.system->node(), b.system->node()));
+  CHECK(!holdsHandleOfAnotherNode(holding, a.system->node(), caf::node_id()));
+  CHECK(holdsHandleOfAnotherNode(caf::make_message(caf::actor_cast<caf::actor_addr>(elsewhere)),
+                                 a.system->node(), caf::node_id()));
 }
 
 TEST_CASE("a Tensor outside a remote message is not serialized") {
@@ -282,6 +336,7 @@ TEST_CASE("batches of frames: counts, tensors only on messages, every truncation
   Frame hello;
   hello.kind = Frame::Kind::kHello;
   hello.identity = "a/b";
+  hello.node = "n";
   Frame message;
   message.kind = Frame::Kind::kMessage;
   message.aid = 3;

@@ -15,7 +15,7 @@ bool isPlainName(const std::string& text, size_t limit) {
 }
 
 std::string encodeFrame(const Frame& f) {
-  wire::Writer w(0, 32 + f.identity.size() + f.name.size() + f.reason.size());
+  wire::Writer w(0, 40 + f.identity.size() + f.node.size() + f.name.size() + f.reason.size());
   w.u8(kFrameVersion);
   w.u8(static_cast<uint8_t>(f.kind));
   switch (f.kind) {
@@ -24,6 +24,7 @@ std::string encodeFrame(const Frame& f) {
       w.u32(f.pid);
       w.u64(f.messages);
       w.u64(f.bytes);
+      w.str(f.node);
       break;
     case Frame::Kind::kLookup:
       w.u64(f.request);
@@ -55,6 +56,9 @@ std::string encodeFrame(const Frame& f) {
       w.u64(f.source);
       w.u64(f.aid);
       break;
+    case Frame::Kind::kWatch:
+      w.u64(f.aid);
+      break;
     case Frame::Kind::kBeat:
     case Frame::Kind::kBye:
       break;
@@ -80,7 +84,9 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       f.pid = r.u32();
       f.messages = r.u64();
       f.bytes = r.u64();
+      f.node = r.str("node id");
       if (!r.failed() && !isPlainName(f.identity, kMaxIdentityLength)) r.fail("bad node identity");
+      if (!r.failed() && (f.node.empty() || f.node.size() > kMaxNodeIdLength)) r.fail("bad node id");
       break;
     case uint8_t(Frame::Kind::kLookup):
       f.kind = Frame::Kind::kLookup;
@@ -140,6 +146,11 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       f.source = r.u64();
       f.aid = r.u64();
       if (!r.failed() && (f.source == 0 || f.aid == 0)) r.fail("link of actor 0");
+      break;
+    case uint8_t(Frame::Kind::kWatch):
+      f.kind = Frame::Kind::kWatch;
+      f.aid = r.u64();
+      if (!r.failed() && f.aid == 0) r.fail("watch of actor 0");
       break;
     default:
       r.fail("unknown kind " + std::to_string(kind));

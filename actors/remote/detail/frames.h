@@ -1,7 +1,10 @@
 #pragma once
 // The frames two nodes exchange, each the metadata of one pipe message.
 //
-//   HELLO    identity, pid, window    first frame each way, once
+//   HELLO    identity, pid, window,   first frame each way, once; `node`
+//            node                     is the sender's CAF node id, as CAF
+//                                     serializes it (its actors' handles
+//                                     name it; our proxies of them too)
 //   LOOKUP   request, name            which actor is published as `name`?
 //   FOUND    request, aid, interface  0 = nothing under that name
 //   MESSAGE  source aid, target aid, message id   + 1 payload (CAF bytes)
@@ -17,6 +20,10 @@
 //   UNLINK   source aid, target aid   itself to (unlinked itself from) the
 //                                     receiver's actor `target`; the
 //                                     source's end comes as a DOWN
+//   WATCH    aid                      a message brought the sender a handle
+//                                     of the receiver's actor `aid`: the
+//                                     receiver says its DOWN when it ends
+//                                     (at once if it is gone)
 //
 // A frame is a version byte, a kind byte and its fields (runtime/detail/
 // codec.h). A pipe message carries a batch of frames in its metadata: a
@@ -37,12 +44,16 @@ namespace actorpipe::remote::detail {
 constexpr uint8_t kFrameVersion = 1;
 constexpr size_t kMaxNameLength = 255;
 constexpr size_t kMaxIdentityLength = 255;
+constexpr size_t kMaxNodeIdLength = 128;
 constexpr size_t kMaxReasonLength = 4096;
 constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
 constexpr size_t kMaxBatchFrames = 1024;
 // Links a peer's actors may hold to this node's actors at once (LINK).
 constexpr size_t kMaxPeerLinks = size_t{1} << 16;
+// Handles of a peer's actors that came inside its messages and are held
+// here (each a proxy, until its DOWN or the link's end).
+constexpr size_t kMaxPeerHandles = size_t{1} << 16;
 
 struct Frame {
   enum class Kind : uint8_t {
@@ -56,11 +67,13 @@ struct Frame {
     kCredit = 8,
     kLink = 9,
     kUnlink = 10,
+    kWatch = 11,
   };
   Kind kind{Kind::kBeat};
   // kHello
   std::string identity;
   uint32_t pid{0};
+  std::string node;
   // kHello: the sender's window (its receiver credits a quarter at a time);
   // kCredit: what is credited
   uint64_t messages{0};
@@ -69,7 +82,7 @@ struct Frame {
   uint64_t request{0};
   std::string name;
   std::vector<std::string> interface;
-  // kFound, kMessage (target), kDown, kLink and kUnlink (target)
+  // kFound, kMessage (target), kDown, kLink and kUnlink (target), kWatch
   uint64_t aid{0};
   // kMessage, kLink, kUnlink
   uint64_t source{0};

@@ -2,15 +2,16 @@
 // there. Protocol in detail/frames.h, thread model in detail/node_core.h.
 #include <actorpipe/actors/remote/detail/node_core.h>
 
-#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include <caf/actor_cast.hpp>
+#include <caf/actor_registry.hpp>
 #include <caf/make_actor.hpp>
 #include <caf/message_builder.hpp>
 #include <caf/message_id.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
 #include <caf/sec.hpp>
 
 #include <actorpipe/actors/pipe_tensor.h>
@@ -162,13 +163,6 @@ class Proxy final : public caf::actor_proxy {
   caf::error reason_;
 };
 
-caf::node_id nodeIdOf(const std::string& identity, uint32_t pid) {
-  caf::node_id::default_data::host_id_type host{};
-  static_assert(sizeof(host) == SHA_DIGEST_LENGTH, "CAF's host ids are SHA-1 sized");
-  SHA1(reinterpret_cast<const unsigned char*>(identity.data()), identity.size(), host.data());
-  host[0] |= 1;  // never all zero (CAF's invalid id)
-  return caf::make_node_id(pid == 0 ? 1 : pid, host);
-}
 
 } // namespace
 
@@ -181,7 +175,13 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       pool_(node->pool()),
       unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
-      lastWrite_(ticks(Clock::now())) {}
+      lastWrite_(ticks(Clock::now())),
+      handles_(node->system(), *this),
+      decodeUnit_(&node->system()) {
+  decodeUnit_.proxy_registry_ptr(&handles_);
+}
+
+void Link::DecodeUnit::exec_later(caf::resumable* job) { system().scheduler().enqueue(job); }
 
 void Link::start() {
   auto node = node_.lock();
@@ -190,10 +190,16 @@ void Link::start() {
   hello.kind = Frame::Kind::kHello;
   hello.identity = node->identity();
   hello.pid = static_cast<uint32_t>(::getpid());
+  hello.node = encodeNodeId(system_, system_.node());
   hello.messages = options_.windowMessages;
   hello.bytes = options_.windowBytes;
   write(hello);
   readNext();
+}
+
+caf::node_id Link::peerNodeId() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return peerNode_;
 }
 
 std::string Link::peerIdentity() {
@@ -347,6 +353,10 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   caf::error problem;
   if (Error bad = encodeMessage(system_, content, body->message)) {
     problem = makeError(RemoteError::kUnsendable, bad.what());
+  } else if (holdsHandleOfAnotherNode(content, system_.node(), peerNodeId())) {
+    problem = makeError(RemoteError::kUnsendable,
+                        "the message holds a handle of an actor on a third node "
+                        "(nodes do not relay yet)");
   } else if (body->message.bytes.size() > options_.maxMessageBytes) {
     problem = makeError(RemoteError::kUnsendable,
                         "a message of " + std::to_string(body->message.bytes.size()) +
@@ -607,10 +617,24 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
       failProtocol(ACTORPIPE_ERROR(ProtocolError, "a peer claims this node's own identity"));
       return;
     }
+    // Its CAF node id names its actors in handles, and our proxies of them.
+    // Ours would make its proxies look like this node's actors. (A peer
+    // with the secret that claims a third node's id can make its proxies
+    // look like that node's actors to that node: nodes of a job take each
+    // other's word for who they are, docs/remote.md.)
+    caf::node_id peerNode;
+    if (Error bad = decodeNodeId(system_, frame.node, peerNode)) {
+      failProtocol(bad);
+      return;
+    }
+    if (peerNode == system_.node()) {
+      failProtocol(ACTORPIPE_ERROR(ProtocolError, "a peer claims this node's CAF node id"));
+      return;
+    }
     {
       std::lock_guard<std::mutex> guard(mutex_);
       peer_ = frame.identity;
-      peerNode_ = nodeIdOf(frame.identity, frame.pid);
+      peerNode_ = std::move(peerNode);
       peerWindowMessages_ = frame.messages;
       peerWindowBytes_ = frame.bytes;
       helloDone_ = true;
@@ -647,22 +671,50 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
     }
     case Frame::Kind::kMessage: {
       caf::message content;
-      if (Error bad = decodeMessage(system_, payload.data(), payload.size(), std::move(tensors), content)) {
+      Error bad = decodeMessage(system_, payload.data(), payload.size(), std::move(tensors), content,
+                                &decodeUnit_);
+      size_t thirdNode = 0;
+      if (!settleHandles(thirdNode)) {
+        failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer sent handles of more than " +
+                                                        std::to_string(kMaxPeerHandles) +
+                                                        " of its actors"));
+        return;
+      }
+      if (bad) {
         failProtocol(bad);
         return;
       }
-      onMessage(frame, std::move(content), bytes);
+      caf::error refused;
+      if (thirdNode > 0) {
+        // Its handles would arrive as no actor: the message is refused, as
+        // one to an actor that is gone (a request is answered with this).
+        refused = makeError(RemoteError::kUnsendable,
+                            "the message holds " + std::to_string(thirdNode) +
+                                " handle(s) of actors on a third node (nodes do not relay yet)");
+        ACTORPIPE_LOG(kWarn, "node link " << url_ << ": " << system_.render(refused));
+      }
+      onMessage(frame, std::move(content), bytes, std::move(refused));
       return;
     }
     case Frame::Kind::kLink:
     case Frame::Kind::kUnlink:
       onLink(frame.source, frame.aid, frame.kind == Frame::Kind::kLink);
       return;
+    case Frame::Kind::kWatch:
+      onWatch(frame.aid);
+      return;
     case Frame::Kind::kDown: {
+      caf::error reason;
+      if (frame.code != 0) {
+        reason = caf::error(frame.code, caf::atom_value{frame.category},
+                            frame.reason.empty() ? caf::message() : caf::make_message(frame.reason));
+      }
       caf::strong_actor_ptr proxy;
+      caf::node_id peer;
       std::vector<caf::strong_actor_ptr> held;  // released after the kill
       {
         std::lock_guard<std::mutex> guard(mutex_);
+        peer = peerNode_;
         auto it = proxies_.find(frame.aid);
         if (it != proxies_.end()) {
           proxy = it->second.lock();
@@ -673,15 +725,11 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
         peerLinks_.erase(first, last);
       }
-      if (proxy) {
-        caf::error reason;
-        if (frame.code != 0) {
-          reason = caf::error(frame.code, caf::atom_value{frame.category},
-                              frame.reason.empty() ? caf::message()
-                                                   : caf::make_message(frame.reason));
-        }
-        caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
+      if (handles_.get(peer, frame.aid)) {
+        handles_.erase(peer, frame.aid, reason);  // kills it with the reason
+        handleCount_ -= std::min<size_t>(1, handleCount_);
       }
+      if (proxy) caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
       return;
     }
     case Frame::Kind::kCredit: {
@@ -705,7 +753,7 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
   }
 }
 
-void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
+void Link::onMessage(const Frame& frame, caf::message content, size_t bytes, caf::error refused) {
   ACTORPIPE_LOG(kTrace, "node link " << url_ << ": message " << frame.source << " -> " << frame.aid
                                      << ", " << bytes << " bytes");
   caf::message_id mid(frame.messageId);
@@ -724,6 +772,7 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
       waiting = std::move(it->second);
       pending_.erase(it);
     }
+    if (refused) content = caf::make_message(std::move(refused));
     waiting.sender->enqueue(
         caf::mailbox_element_ptr(new CountedElement(std::move(waiting.target),
                                                     waiting.mid.response_id(), std::move(content),
@@ -734,7 +783,12 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
   auto node = node_.lock();
   caf::strong_actor_ptr target = node ? node->exported(frame.aid) : nullptr;
   caf::strong_actor_ptr sender = frame.source != 0 ? proxyFor(frame.source) : nullptr;
-  if (!target) {
+  if (!target && !refused) {
+    refused = caf::make_error(caf::sec::request_receiver_down,
+                              "no actor " + std::to_string(frame.aid) + " on node " +
+                                  (node ? node->identity() : std::string("?")));
+  }
+  if (refused) {
     consumed(bytes);
     if (mid.is_request() && frame.source != 0) {
       Frame answer;
@@ -743,12 +797,7 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes) {
       answer.aid = frame.source;
       answer.messageId = mid.response_id().integer_value();
       auto body = std::make_shared<Outgoing>();
-      encodeMessage(system_,
-                    caf::make_message(caf::make_error(
-                        caf::sec::request_receiver_down,
-                        "no actor " + std::to_string(frame.aid) + " on node " +
-                            (node ? node->identity() : std::string("?")))),
-                    body->message);
+      encodeMessage(system_, caf::make_message(std::move(refused)), body->message);
       write(answer, std::move(body));
     }
     return;
@@ -863,6 +912,65 @@ void Link::onLink(caf::actor_id source, caf::actor_id target, bool link) {
   tFromPeer = false;
 }
 
+void Link::onWatch(caf::actor_id aid) {
+  auto node = node_.lock();
+  if (!node) return;
+  // A handle of ours that left this node is in CAF's registry until the
+  // actor ends: CAF's serializer puts it there (as for its middleman), and
+  // exportActor does for published actors and senders. Nothing else is
+  // found, whatever id a peer names.
+  caf::strong_actor_ptr actor = system_.registry().get(aid);
+  if (!actor) {
+    sendDown(aid, caf::make_error(caf::exit_reason::unknown));
+    return;
+  }
+  node->exportActor(actor);  // its end goes to peers as its DOWN
+}
+
+caf::strong_actor_ptr Link::make_proxy(caf::node_id nid, caf::actor_id aid) {
+  caf::node_id peer;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    peer = peerNode_;
+  }
+  // get_or_put keeps what this returns, a null too: settleHandles erases
+  // the refused ones, so the registry holds only proxies.
+  refusedHandles_.emplace_back(nid, aid);
+  if (!nid || aid == 0) return nullptr;  // a null handle, as CAF writes one
+  if (nid != peer) {
+    ++thirdNodeHandles_;
+    return nullptr;
+  }
+  if (handleCount_ >= kMaxPeerHandles) {
+    handleOverflow_ = true;
+    return nullptr;
+  }
+  auto proxy = proxyFor(aid);
+  if (!proxy) return nullptr;  // the link is dead
+  refusedHandles_.pop_back();
+  ++handleCount_;
+  newHandles_.push_back(aid);
+  return proxy;
+}
+
+bool Link::settleHandles(size_t& thirdNode) {
+  for (const auto& refused : refusedHandles_) handles_.erase(refused.first, refused.second);
+  refusedHandles_.clear();
+  thirdNode = thirdNodeHandles_;
+  thirdNodeHandles_ = 0;
+  std::vector<caf::actor_id> watch;
+  watch.swap(newHandles_);
+  for (caf::actor_id aid : watch) {
+    Frame frame;
+    frame.kind = Frame::Kind::kWatch;
+    frame.aid = aid;
+    write(frame);
+  }
+  bool ok = !handleOverflow_;
+  handleOverflow_ = false;
+  return ok;
+}
+
 void Link::sendDown(caf::actor_id aid, const caf::error& reason) {
   if (dead()) return;
   Frame down;
@@ -958,6 +1066,7 @@ void Link::fail(const caf::error& reason) {
   for (auto& proxy : proxies) {
     caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, reason);
   }
+  handles_.clear();  // killed above: this lets them go
   if (auto node = node_.lock()) node->linkClosed(shared_from_this());
 }
 

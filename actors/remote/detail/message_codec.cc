@@ -74,8 +74,8 @@ namespace {
 // bytes that remain before anything is allocated or copied.
 class BoundedDeserializer final : public caf::deserializer {
  public:
-  BoundedDeserializer(caf::actor_system& system, const char* data, size_t size)
-      : caf::deserializer(system), p_(data), end_(data + size) {}
+  BoundedDeserializer(caf::execution_unit* unit, const char* data, size_t size)
+      : caf::deserializer(unit), p_(data), end_(data + size) {}
 
   size_t remaining() const { return static_cast<size_t>(end_ - p_); }
 
@@ -195,31 +195,47 @@ std::string describe(caf::actor_system& system, const caf::error& err) {
   return system.render(err);
 }
 
-// Node ids are none without CAF's io module, so CAF writes a handle as an
-// actor id alone and the receiver finds that id among its own actors: a
-// peer's handle would name one of ours. Handles do not cross nodes (yet);
-// these are the ones a message can hold as elements (one nested in a user
-// type is not seen here: docs/remote.md).
-bool holdsActorHandle(const caf::message& m) {
+} // namespace
+
+bool holdsHandleOfAnotherNode(const caf::message& m, const caf::node_id& a, const caf::node_id& b) {
+  auto other = [&](const caf::node_id& n) { return n && n != a && n != b; };
   for (size_t i = 0; i < m.size(); ++i) {
-    if (m.match_element<caf::actor>(i) || m.match_element<caf::actor_addr>(i) ||
-        m.match_element<caf::strong_actor_ptr>(i) || m.match_element<caf::weak_actor_ptr>(i)) {
-      return true;
+    if (m.match_element<caf::actor>(i)) {
+      if (auto& x = m.get_as<caf::actor>(i); x && other(x.node())) return true;
+    } else if (m.match_element<caf::actor_addr>(i)) {
+      if (auto& x = m.get_as<caf::actor_addr>(i); x && other(x.node())) return true;
+    } else if (m.match_element<caf::strong_actor_ptr>(i)) {
+      if (auto& x = m.get_as<caf::strong_actor_ptr>(i); x && other(x->node())) return true;
+    } else if (m.match_element<caf::weak_actor_ptr>(i)) {
+      if (auto x = m.get_as<caf::weak_actor_ptr>(i).lock(); x && other(x->node())) return true;
     }
   }
   return false;
 }
 
-} // namespace
+std::string encodeNodeId(caf::actor_system& system, const caf::node_id& id) {
+  std::vector<char> bytes;
+  caf::binary_serializer sink(system, bytes);
+  if (sink(const_cast<caf::node_id&>(id))) return std::string();
+  return std::string(bytes.begin(), bytes.end());
+}
+
+Error decodeNodeId(caf::actor_system& system, const std::string& bytes, caf::node_id& out) {
+  BoundedDeserializer source(system.dummy_execution_unit(), bytes.data(), bytes.size());
+  caf::node_id id;
+  if (auto err = source(id)) {
+    return ACTORPIPE_ERROR(ProtocolError, "undecodable node id: " + describe(system, err));
+  }
+  if (source.remaining() != 0 || !id) {
+    return ACTORPIPE_ERROR(ProtocolError, "a bad node id");
+  }
+  out = std::move(id);
+  return Error();
+}
 
 Error encodeMessage(caf::actor_system& system, const caf::message& message, EncodedMessage& out) {
   out.bytes.clear();
   out.tensors.clear();
-  if (holdsActorHandle(message)) {
-    return ACTORPIPE_ERROR(LogicError, "cannot send this message to a remote actor: it holds an "
-                                       "actor handle (handles inside messages do not cross nodes; "
-                                       "the sender's own does, as the message's sender)");
-  }
   caf::binary_serializer sink(system, out.bytes);
   tOutgoing = &out.tensors;
   caf::error err;
@@ -243,8 +259,8 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
 }
 
 Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
-                    std::vector<Tensor> tensors, caf::message& out) {
-  BoundedDeserializer source(system, data, size);
+                    std::vector<Tensor> tensors, caf::message& out, caf::execution_unit* unit) {
+  BoundedDeserializer source(unit != nullptr ? unit : system.dummy_execution_unit(), data, size);
   std::vector<bool> used(tensors.size(), false);
   tIncoming = &tensors;
   tIncomingUsed = &used;
@@ -278,10 +294,6 @@ Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
     return ACTORPIPE_ERROR(ProtocolError, "a peer sent a system message (" +
                                               caf::to_string(result).substr(0, 80) +
                                               "): peers send only user messages");
-  }
-  if (holdsActorHandle(result)) {
-    return ACTORPIPE_ERROR(ProtocolError, "a peer's message holds an actor handle (refused: "
-                                          "handles inside messages do not cross nodes)");
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) {

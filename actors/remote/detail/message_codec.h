@@ -35,8 +35,23 @@ struct EncodedMessage {
 Error encodeMessage(caf::actor_system& system, const caf::message& message, EncodedMessage& out);
 
 // `tensors` are those that came with the bytes; each must be used once.
+// Actor handles inside resolve through `unit`'s proxy registry (a peer's
+// actors: a link's proxies); without one, only this node's actors in CAF's
+// registry resolve and any other handle fails the decoding.
 Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
-                    std::vector<Tensor> tensors, caf::message& out);
+                    std::vector<Tensor> tensors, caf::message& out,
+                    caf::execution_unit* unit = nullptr);
+
+// A CAF node id as CAF serializes it (a node's HELLO carries its own), and
+// back, strictly: a valid id and nothing after it.
+std::string encodeNodeId(caf::actor_system& system, const caf::node_id& id);
+Error decodeNodeId(caf::actor_system& system, const std::string& bytes, caf::node_id& out);
+
+// Whether an actor handle among the message's elements names a node that
+// is neither `a` nor `b` (a third node's actor: nodes do not relay yet).
+// One nested inside a user type is not seen here; the receiver refuses it.
+bool holdsHandleOfAnotherNode(const caf::message& message, const caf::node_id& a,
+                              const caf::node_id& b);
 
 // Messages CAF's runtime treats as control, not content (exit_msg, down_msg,
 // stream messages...): never sent to a peer, refused from one (a peer that

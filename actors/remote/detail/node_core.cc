@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <caf/actor_cast.hpp>
+#include <caf/actor_registry.hpp>
 #include <caf/attachable.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
@@ -181,10 +182,15 @@ void NodeCore::exportActor(const caf::strong_actor_ptr& actor) {
     auto inserted = exported_.try_emplace(actor->id(), actor.get());
     if (!inserted.second) return;
   }
+  caf::actor_id aid = actor->id();
+  // CAF reads a handle of this node's actor (one a peer got from us and
+  // sends back, inside a message) from its registry, which holds the actor
+  // until it ends, or until this node leaves (CAF's middleman registers
+  // every handle it sends the same way).
+  system_.registry().put(aid, actor);
   // Outside the lock: attaching to an actor that already ended runs the
   // functor here and now.
   std::weak_ptr<NodeCore> weak = shared_from_this();
-  caf::actor_id aid = actor->id();
   actor->get()->attach_functor([weak, aid](const caf::error& reason) {
     if (auto self = weak.lock()) self->onLocalDown(aid, reason);
   });
@@ -283,6 +289,9 @@ void NodeCore::leave() {
     ours.swap(endOnLeave_);
     byUrl_.clear();
   }
+  // The registry held them for peers; without peers their lives are their
+  // own again (an actor nobody holds ends, as it would have without us).
+  for (auto& entry : exported) system_.registry().erase(entry.first);
   for (auto& weak : ours) {
     if (auto actor = weak.lock()) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   }

@@ -28,7 +28,9 @@
 #include <caf/actor_proxy.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/mailbox_element.hpp>
+#include <caf/execution_unit.hpp>
 #include <caf/node_id.hpp>
+#include <caf/proxy_registry.hpp>
 
 #include <actorpipe/actors/remote/detail/buffer_pool.h>
 #include <actorpipe/actors/remote/detail/frames.h>
@@ -103,7 +105,7 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   std::thread ticker_;
 };
 
-class Link : public std::enable_shared_from_this<Link> {
+class Link : public std::enable_shared_from_this<Link>, private caf::proxy_registry::backend {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -162,7 +164,10 @@ class Link : public std::enable_shared_from_this<Link> {
   // Under mutex_: the frames that go in the next pipe write.
   std::vector<Queued> takeBatch();
   void writeBatch(std::vector<Queued> batch);
-  void onMessage(const Frame& frame, caf::message content, size_t bytes);
+  // `refused`: not delivered; a request is answered with it, a response
+  // arrives as it.
+  void onMessage(const Frame& frame, caf::message content, size_t bytes, caf::error refused = {});
+  caf::node_id peerNodeId();
   // Until the window has room for `bytes` more (or the link ends); returns
   // at once on a loop thread.
   bool waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);  // false: refused (trySend)
@@ -179,6 +184,17 @@ class Link : public std::enable_shared_from_this<Link> {
              bool windowed = false);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void onLink(caf::actor_id source, caf::actor_id target, bool link);
+  // The peer holds a handle of our actor `aid` (it came in a message).
+  void onWatch(caf::actor_id aid);
+  // CAF's deserializer found a handle of a node's actor in a peer's
+  // message: the peer's own become its proxies (loop only, under the
+  // registry's lock); anything else decodes as no actor.
+  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
+  void set_last_hop(caf::node_id*) override {}
+  // After a decode: WATCH the new handles, drop the refused ones, say how
+  // many named a third node's actors; false if the peer went past
+  // kMaxPeerHandles.
+  bool settleHandles(size_t& thirdNode);
   void failProtocol(const Error& error);
   // The pipe failed a read: the peer is lost, or it closed after our BYE.
   void failRead(const Error& error);
@@ -243,6 +259,23 @@ class Link : public std::enable_shared_from_this<Link> {
   uint64_t peerWindowBytes_{0};
   uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
   uint64_t heldBytes_{0};
+  // Handles of the peer's actors that came inside its messages, each a
+  // proxy held until the actor's DOWN or the link's end (as CAF's
+  // middleman holds them); the unit that decodes messages points CAF's
+  // deserializer at them. Loop only, but for clear() in fail().
+  class DecodeUnit final : public caf::execution_unit {
+   public:
+    using caf::execution_unit::execution_unit;
+    void exec_later(caf::resumable* job) override;
+  };
+  caf::proxy_registry handles_;
+  DecodeUnit decodeUnit_;
+  size_t handleCount_{0};
+  bool handleOverflow_{false};
+  size_t thirdNodeHandles_{0};  // in the message being decoded
+  std::vector<caf::actor_id> newHandles_;
+  std::vector<std::pair<caf::node_id, caf::actor_id>> refusedHandles_;
+
   std::deque<Queued> queue_;
   size_t queuedControl_{0};  // bytes of queue_ the window does not count
   bool writing_{false};  // a pipe write is in flight
