@@ -35,8 +35,9 @@
 // its exit_msg (its exit reason, or the node's loss), and the remote one
 // gets the local one's (LINK and UNLINK frames; the end travels as DOWN).
 // Actor handles inside messages travel as with CAF's middleman (a proxy on
-// the other node; home again, the actor itself). Not yet (docs/remote.md):
-// forwarding through a third node (a third node's handle is refused).
+// the other node; home again, the actor itself; a third node's actor, a
+// proxy on the receiver's own link to it). Not yet (docs/remote.md):
+// relaying through a node (no link to the named node: refused).
 //
 // Backpressure: at most `windowMessages` messages (and `windowBytes`) to
 // one peer node are in flight, counted from the send until the receiving
@@ -99,6 +100,13 @@ struct NodeOptions {
   // gone, DOWNs, CREDITs, BEATs. A peer that asks without reading makes
   // them pile up; past this its link is cut.
   size_t maxQueuedControlBytes{size_t{4} << 20};
+  // Proxies a peer's messages may have this node hold at once: handles of
+  // other nodes' actors that came inside them, each held until its actor's
+  // DOWN or its link's end. Past this the peer's link is cut.
+  size_t maxPeerHandles{size_t{1} << 16};
+  // Links a peer's actors may hold to this node's actors at once (LINK:
+  // each an attachable here and a proxy held). Past this its link is cut.
+  size_t maxPeerLinks{size_t{1} << 16};
   DefaultBackends backends;
 };
 

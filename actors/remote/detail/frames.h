@@ -49,11 +49,6 @@ constexpr size_t kMaxReasonLength = 4096;
 constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
 constexpr size_t kMaxBatchFrames = 1024;
-// Links a peer's actors may hold to this node's actors at once (LINK).
-constexpr size_t kMaxPeerLinks = size_t{1} << 16;
-// Handles of a peer's actors that came inside its messages and are held
-// here (each a proxy, until its DOWN or the link's end).
-constexpr size_t kMaxPeerHandles = size_t{1} << 16;
 
 struct Frame {
   enum class Kind : uint8_t {

@@ -50,6 +50,10 @@ int64_t ticks(Link::Clock::time_point t) { return t.time_since_epoch().count(); 
 // wait for the window (the credit it waits for arrives on a loop).
 thread_local bool tInPipeCallback = false;
 
+// The link whose peer's message CAF decodes on this thread: the node's
+// handle registry asks it for proxies (NodeCore::make_proxy).
+thread_local Link* tDecoding = nullptr;
+
 // Set while a peer's LINK or UNLINK is applied here: the proxy's half of
 // that link is the peer's already, and says nothing back.
 thread_local bool tFromPeer = false;
@@ -176,9 +180,8 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
       lastWrite_(ticks(Clock::now())),
-      handles_(node->system(), *this),
       decodeUnit_(&node->system()) {
-  decodeUnit_.proxy_registry_ptr(&handles_);
+  decodeUnit_.proxy_registry_ptr(&node->handles());
 }
 
 void Link::DecodeUnit::exec_later(caf::resumable* job) { system().scheduler().enqueue(job); }
@@ -353,10 +356,6 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   caf::error problem;
   if (Error bad = encodeMessage(system_, content, body->message)) {
     problem = makeError(RemoteError::kUnsendable, bad.what());
-  } else if (holdsHandleOfAnotherNode(content, system_.node(), peerNodeId())) {
-    problem = makeError(RemoteError::kUnsendable,
-                        "the message holds a handle of an actor on a third node "
-                        "(nodes do not relay yet)");
   } else if (body->message.bytes.size() > options_.maxMessageBytes) {
     problem = makeError(RemoteError::kUnsendable,
                         "a message of " + std::to_string(body->message.bytes.size()) +
@@ -671,12 +670,14 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
     }
     case Frame::Kind::kMessage: {
       caf::message content;
+      tDecoding = this;
       Error bad = decodeMessage(system_, payload.data(), payload.size(), std::move(tensors), content,
                                 &decodeUnit_);
-      size_t thirdNode = 0;
-      if (!settleHandles(thirdNode)) {
+      tDecoding = nullptr;
+      size_t unreachable = 0;
+      if (!settleHandles(unreachable)) {
         failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer sent handles of more than " +
-                                                        std::to_string(kMaxPeerHandles) +
+                                                        std::to_string(options_.maxPeerHandles) +
                                                         " of its actors"));
         return;
       }
@@ -685,12 +686,13 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         return;
       }
       caf::error refused;
-      if (thirdNode > 0) {
+      if (unreachable > 0) {
         // Its handles would arrive as no actor: the message is refused, as
         // one to an actor that is gone (a request is answered with this).
         refused = makeError(RemoteError::kUnsendable,
-                            "the message holds " + std::to_string(thirdNode) +
-                                " handle(s) of actors on a third node (nodes do not relay yet)");
+                            "the message holds " + std::to_string(unreachable) +
+                                " handle(s) of actors on nodes this node has no link to "
+                                "(nodes do not relay)");
         ACTORPIPE_LOG(kWarn, "node link " << url_ << ": " << system_.render(refused));
       }
       onMessage(frame, std::move(content), bytes, std::move(refused));
@@ -725,10 +727,13 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
         peerLinks_.erase(first, last);
       }
-      if (handles_.get(peer, frame.aid)) {
-        handles_.erase(peer, frame.aid, reason);  // kills it with the reason
-        handleCount_ -= std::min<size_t>(1, handleCount_);
+      std::map<caf::actor_id, std::weak_ptr<Link>> handle;
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto it = handleAids_.find(frame.aid);
+        if (it != handleAids_.end()) handle.insert(handleAids_.extract(it));
       }
+      releaseHandles(std::move(handle), reason);
       if (proxy) caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
       return;
     }
@@ -894,7 +899,7 @@ void Link::onLink(caf::actor_id source, caf::actor_id target, bool link) {
         unlinked = std::move(it->second);
         peerLinks_.erase(it);
       }
-    } else if (peerLinks_.size() >= kMaxPeerLinks && !peerLinks_.count({source, target})) {
+    } else if (peerLinks_.size() >= options_.maxPeerLinks && !peerLinks_.count({source, target})) {
       tooMany = true;  // each link is an attachable here and a proxy held
     } else {
       peerLinks_[{source, target}] = proxy;
@@ -902,7 +907,7 @@ void Link::onLink(caf::actor_id source, caf::actor_id target, bool link) {
   }
   if (tooMany) {
     failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer made more than " +
-                                                    std::to_string(kMaxPeerLinks) +
+                                                    std::to_string(options_.maxPeerLinks) +
                                                     " links to this node's actors"));
     return;
   }
@@ -927,44 +932,77 @@ void Link::onWatch(caf::actor_id aid) {
   node->exportActor(actor);  // its end goes to peers as its DOWN
 }
 
-caf::strong_actor_ptr Link::make_proxy(caf::node_id nid, caf::actor_id aid) {
-  caf::node_id peer;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    peer = peerNode_;
-  }
+caf::strong_actor_ptr NodeCore::make_proxy(caf::node_id nid, caf::actor_id aid) {
+  return tDecoding != nullptr ? tDecoding->makeHandle(nid, aid) : nullptr;
+}
+
+caf::strong_actor_ptr Link::makeHandle(const caf::node_id& nid, caf::actor_id aid) {
   // get_or_put keeps what this returns, a null too: settleHandles erases
-  // the refused ones, so the registry holds only proxies.
+  // the refused ones, so the registry holds only proxies. (Every link of a
+  // node decodes on its Context's one loop: nothing else runs between.)
   refusedHandles_.emplace_back(nid, aid);
   if (!nid || aid == 0) return nullptr;  // a null handle, as CAF writes one
-  if (nid != peer) {
-    ++thirdNodeHandles_;
+  auto node = node_.lock();
+  std::shared_ptr<Link> owner;
+  if (nid == peerNodeId()) {
+    owner = shared_from_this();
+  } else if (node) {
+    owner = node->linkToNode(nid);  // a third node's actor, reached directly
+  }
+  if (!owner) {
+    ++unreachableHandles_;
     return nullptr;
   }
-  if (handleCount_ >= kMaxPeerHandles) {
+  if (introduced_ >= options_.maxPeerHandles) {
     handleOverflow_ = true;
     return nullptr;
   }
-  auto proxy = proxyFor(aid);
-  if (!proxy) return nullptr;  // the link is dead
+  auto proxy = owner->proxyFor(aid);
+  if (!proxy || !owner->holdHandle(aid, shared_from_this())) {  // that link died meanwhile
+    ++unreachableHandles_;
+    return nullptr;
+  }
+  newHandles_.emplace_back(owner, aid);
   refusedHandles_.pop_back();
-  ++handleCount_;
-  newHandles_.push_back(aid);
   return proxy;
 }
 
-bool Link::settleHandles(size_t& thirdNode) {
-  for (const auto& refused : refusedHandles_) handles_.erase(refused.first, refused.second);
+bool Link::holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (dead_) return false;
+    // The registry asks only for what it lacks, and an entry leaves
+    // handleAids_ before it leaves the registry: `aid` is not here.
+    handleAids_[aid] = introducer;
+  }
+  ++introducer->introduced_;
+  return true;
+}
+
+void Link::releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, const caf::error& reason) {
+  auto node = node_.lock();
+  caf::node_id peer = peerNodeId();
+  for (auto& entry : held) {
+    if (node) node->handles().erase(peer, entry.first, reason);  // kills the proxy
+    if (auto introducer = entry.second.lock()) --introducer->introduced_;
+  }
+}
+
+bool Link::settleHandles(size_t& unreachable) {
+  auto node = node_.lock();
+  for (const auto& refused : refusedHandles_) {
+    if (node) node->handles().erase(refused.first, refused.second);  // a null entry: nothing killed
+  }
   refusedHandles_.clear();
-  thirdNode = thirdNodeHandles_;
-  thirdNodeHandles_ = 0;
-  std::vector<caf::actor_id> watch;
+  unreachable = unreachableHandles_;
+  unreachableHandles_ = 0;
+  std::vector<std::pair<std::shared_ptr<Link>, caf::actor_id>> watch;
   watch.swap(newHandles_);
-  for (caf::actor_id aid : watch) {
+  for (auto& entry : watch) {
     Frame frame;
     frame.kind = Frame::Kind::kWatch;
-    frame.aid = aid;
-    write(frame);
+    frame.aid = entry.second;
+    entry.first->write(frame);
   }
   bool ok = !handleOverflow_;
   handleOverflow_ = false;
@@ -1066,7 +1104,12 @@ void Link::fail(const caf::error& reason) {
   for (auto& proxy : proxies) {
     caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, reason);
   }
-  handles_.clear();  // killed above: this lets them go
+  std::map<caf::actor_id, std::weak_ptr<Link>> handles;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    handles.swap(handleAids_);
+  }
+  releaseHandles(std::move(handles), reason);  // killed above: the registry lets them go
   if (auto node = node_.lock()) node->linkClosed(shared_from_this());
 }
 

@@ -3,8 +3,6 @@
 #include <cstring>
 #include <sstream>
 
-#include <caf/actor.hpp>
-#include <caf/actor_addr.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/deserializer.hpp>
@@ -196,22 +194,6 @@ std::string describe(caf::actor_system& system, const caf::error& err) {
 }
 
 } // namespace
-
-bool holdsHandleOfAnotherNode(const caf::message& m, const caf::node_id& a, const caf::node_id& b) {
-  auto other = [&](const caf::node_id& n) { return n && n != a && n != b; };
-  for (size_t i = 0; i < m.size(); ++i) {
-    if (m.match_element<caf::actor>(i)) {
-      if (auto& x = m.get_as<caf::actor>(i); x && other(x.node())) return true;
-    } else if (m.match_element<caf::actor_addr>(i)) {
-      if (auto& x = m.get_as<caf::actor_addr>(i); x && other(x.node())) return true;
-    } else if (m.match_element<caf::strong_actor_ptr>(i)) {
-      if (auto& x = m.get_as<caf::strong_actor_ptr>(i); x && other(x->node())) return true;
-    } else if (m.match_element<caf::weak_actor_ptr>(i)) {
-      if (auto x = m.get_as<caf::weak_actor_ptr>(i).lock(); x && other(x->node())) return true;
-    }
-  }
-  return false;
-}
 
 std::string encodeNodeId(caf::actor_system& system, const caf::node_id& id) {
   std::vector<char> bytes;

@@ -47,12 +47,6 @@ Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
 std::string encodeNodeId(caf::actor_system& system, const caf::node_id& id);
 Error decodeNodeId(caf::actor_system& system, const std::string& bytes, caf::node_id& out);
 
-// Whether an actor handle among the message's elements names a node that
-// is neither `a` nor `b` (a third node's actor: nodes do not relay yet).
-// One nested inside a user type is not seen here; the receiver refuses it.
-bool holdsHandleOfAnotherNode(const caf::message& message, const caf::node_id& a,
-                              const caf::node_id& b);
-
 // Messages CAF's runtime treats as control, not content (exit_msg, down_msg,
 // stream messages...): never sent to a peer, refused from one (a peer that
 // could send an exit_msg to a published actor could kill it).

@@ -53,7 +53,8 @@ NodeCore::NodeCore(caf::actor_system& system, NodeOptions options)
       identity_(makeIdentity()),
       // Large received tensors' memory, reused: up to one window of it.
       pool_(std::make_shared<BufferPool>(options_.windowBytes, size_t{1} << 20)),
-      context_(makeContext(system_, options_, identity_)) {}
+      context_(makeContext(system_, options_, identity_)),
+      handles_(system, *this) {}
 
 void NodeCore::start() {
   listener_ = context_->listen(options_.listen);
@@ -107,6 +108,14 @@ std::shared_ptr<Link> NodeCore::linkTo(const std::string& url) {
   }
   link->start();
   return link;
+}
+
+std::shared_ptr<Link> NodeCore::linkToNode(const caf::node_id& nid) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (const auto& link : links_) {
+    if (!link->dead() && link->peerNodeId() == nid) return link;
+  }
+  return nullptr;
 }
 
 void NodeCore::linkClosed(const std::shared_ptr<Link>& link) {

@@ -45,7 +45,8 @@ namespace actorpipe::remote::detail {
 
 class Link;
 
-class NodeCore : public std::enable_shared_from_this<NodeCore> {
+class NodeCore : public std::enable_shared_from_this<NodeCore>,
+                 private caf::proxy_registry::backend {
  public:
   NodeCore(caf::actor_system& system, NodeOptions options);
   void start();
@@ -71,6 +72,14 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
 
   // The link to `url`, made if none is alive.
   std::shared_ptr<Link> linkTo(const std::string& url);
+  // A live link whose peer is the node `nid`; null if none.
+  std::shared_ptr<Link> linkToNode(const caf::node_id& nid);
+  // Proxies of other nodes' actors whose handles came inside messages,
+  // keyed by (node id, actor id), as CAF's middleman keeps them: each held
+  // until its actor's DOWN or the end of the link it lives on. CAF's
+  // deserializer asks it (through a link's decoding unit) for every handle
+  // that is not this node's.
+  caf::proxy_registry& handles() { return handles_; }
   void linkClosed(const std::shared_ptr<Link>& link);
   std::vector<std::string> peers();
   std::vector<LinkStats> stats();
@@ -79,6 +88,9 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   void acceptNext();
   void onLocalDown(caf::actor_id aid, const caf::error& reason);
   void tick();
+  // The registry's backend: asks the link whose message is being decoded.
+  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
+  void set_last_hop(caf::node_id*) override {}
 
   caf::actor_system& system_;
   const NodeOptions options_;
@@ -103,9 +115,12 @@ class NodeCore : public std::enable_shared_from_this<NodeCore> {
   std::condition_variable tickWake_;
   bool stopTicker_{false};
   std::thread ticker_;
+
+  // Last: destroyed first, killing what proxies it still holds.
+  caf::proxy_registry handles_;
 };
 
-class Link : public std::enable_shared_from_this<Link>, private caf::proxy_registry::backend {
+class Link : public std::enable_shared_from_this<Link> {
  public:
   using Clock = std::chrono::steady_clock;
 
@@ -115,7 +130,13 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
 
   const std::string& url() const { return url_; }
   std::string peerIdentity();
+  caf::node_id peerNodeId();
   bool dead();
+  // CAF's deserializer, decoding this link's message, found a handle of
+  // node `nid`'s actor `aid` that the node's registry lacks: a proxy on
+  // the live link to that node (this one, or another), or null (loop only,
+  // under the registry's lock; NodeCore::make_proxy calls it).
+  caf::strong_actor_ptr makeHandle(const caf::node_id& nid, caf::actor_id aid);
 
   // From a proxy: `element` is for the peer's actor `target`.
   void forward(caf::mailbox_element_ptr element, caf::actor_id target,
@@ -167,7 +188,6 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   // `refused`: not delivered; a request is answered with it, a response
   // arrives as it.
   void onMessage(const Frame& frame, caf::message content, size_t bytes, caf::error refused = {});
-  caf::node_id peerNodeId();
   // Until the window has room for `bytes` more (or the link ends); returns
   // at once on a loop thread.
   bool waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes);  // false: refused (trySend)
@@ -186,15 +206,16 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   void onLink(caf::actor_id source, caf::actor_id target, bool link);
   // The peer holds a handle of our actor `aid` (it came in a message).
   void onWatch(caf::actor_id aid);
-  // CAF's deserializer found a handle of a node's actor in a peer's
-  // message: the peer's own become its proxies (loop only, under the
-  // registry's lock); anything else decodes as no actor.
-  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
-  void set_last_hop(caf::node_id*) override {}
   // After a decode: WATCH the new handles, drop the refused ones, say how
-  // many named a third node's actors; false if the peer went past
-  // kMaxPeerHandles.
-  bool settleHandles(size_t& thirdNode);
+  // many named nodes without a live link here; false if the peer went past
+  // maxPeerHandles.
+  bool settleHandles(size_t& unreachable);
+  // The peer's actor `aid` is held in the node's registry for a message
+  // `introducer` brought; false if this link is dead.
+  bool holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer);
+  // The registry's entries of the peer's actors go (killed with `reason`);
+  // their introducers count them no more.
+  void releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, const caf::error& reason);
   void failProtocol(const Error& error);
   // The pipe failed a read: the peer is lost, or it closed after our BYE.
   void failRead(const Error& error);
@@ -259,21 +280,25 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   uint64_t peerWindowBytes_{0};
   uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
   uint64_t heldBytes_{0};
-  // Handles of the peer's actors that came inside its messages, each a
-  // proxy held until the actor's DOWN or the link's end (as CAF's
-  // middleman holds them); the unit that decodes messages points CAF's
-  // deserializer at them. Loop only, but for clear() in fail().
+  // Handles that came inside messages (NodeCore::handles()): the ones of
+  // this peer's actors held in the node's registry through this link, each
+  // with the link whose message brought it (its `introduced_` counts it).
+  // Under mutex_.
+  std::map<caf::actor_id, std::weak_ptr<Link>> handleAids_;
+  // Entries this link's messages put in the node's registry and that are
+  // still there; at most maxPeerHandles.
+  std::atomic<size_t> introduced_{0};
+  // The unit that decodes this link's messages: CAF's deserializer finds
+  // the node's registry through it. Decoding state, loop only:
   class DecodeUnit final : public caf::execution_unit {
    public:
     using caf::execution_unit::execution_unit;
     void exec_later(caf::resumable* job) override;
   };
-  caf::proxy_registry handles_;
   DecodeUnit decodeUnit_;
-  size_t handleCount_{0};
   bool handleOverflow_{false};
-  size_t thirdNodeHandles_{0};  // in the message being decoded
-  std::vector<caf::actor_id> newHandles_;
+  size_t unreachableHandles_{0};  // of nodes without a live link here
+  std::vector<std::pair<std::shared_ptr<Link>, caf::actor_id>> newHandles_;  // to WATCH
   std::vector<std::pair<caf::node_id, caf::actor_id>> refusedHandles_;
 
   std::deque<Queued> queue_;
