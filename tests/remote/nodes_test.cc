@@ -27,23 +27,6 @@ using testing::Child;
 
 namespace {
 
-// What a forked serving node does: publish the test actors, tell the parent
-// its URLs, and leave cleanly when its "leaver" actor is asked to.
-int servingNode(Child& self, NodeOptions options) {
-  TestNode node(options);
-  publishAll(node);
-  auto left = std::make_shared<std::promise<void>>();
-  auto leaver = node.system().spawn([left](caf::event_based_actor*) -> caf::behavior {
-    return {[left](leave_atom) { left->set_value(); }};
-  });
-  node.node().publish(leaver, "leaver");
-  self.send(node.node().url("tcp"));
-  self.send(node.node().url("shm"));
-  left->get_future().wait();
-  node.leave();
-  return 0;
-}
-
 template <class T>
 caf::expected<T> ask(caf::scoped_actor& self, const caf::actor& to, caf::message message,
                      std::chrono::milliseconds timeout = 10s) {
@@ -56,6 +39,105 @@ caf::expected<T> ask(caf::scoped_actor& self, const caf::actor& to, caf::message
 
 std::string render(caf::actor_system& system, const caf::error& error) {
   return system.render(error);
+}
+
+using keep_atom = caf::atom_constant<caf::atom("keep")>;
+using call_atom = caf::atom_constant<caf::atom("call")>;
+using downs_atom = caf::atom_constant<caf::atom("downs")>;
+
+// Keeps an actor handle it is sent (alone, or the first of a vector), calls
+// it, gives it back, and counts the down_msgs of what it keeps.
+struct KeeperState {
+  caf::actor kept;
+  std::vector<caf::error> downs;
+};
+caf::behavior keeper(caf::stateful_actor<KeeperState>* self) {
+  self->set_down_handler([self](caf::down_msg& down) { self->state.downs.push_back(down.reason); });
+  auto keep = [self](caf::actor handle) {
+    bool valid = static_cast<bool>(handle);
+    if (valid) self->monitor(handle);
+    self->state.kept = std::move(handle);
+    return valid;
+  };
+  return {
+      [keep](keep_atom, caf::actor& handle) { return keep(std::move(handle)); },
+      [keep](keep_atom, std::vector<caf::actor>& handles) {
+        return !handles.empty() && keep(std::move(handles.front()));
+      },
+      [self](call_atom, int32_t x) {
+        auto rp = self->make_response_promise<int32_t>();
+        self->request(self->state.kept, 10s, x)
+            .then([rp](int32_t y) mutable { rp.deliver(y); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [self](get_atom) { return self->state.kept; },
+      [self](downs_atom) {
+        std::vector<std::string> out;
+        for (auto& e : self->state.downs) out.push_back(self->system().render(e));
+        return out;
+      },
+  };
+}
+
+caf::behavior adder() {
+  return {[](int32_t x) { return x + 1; }};
+}
+
+// `keeper` keeps `handle` (an adder's), calls it through that handle, and
+// gives back a handle that is `home` (the sender's own view of the adder).
+void keepCallGiveBack(caf::scoped_actor& self, const caf::actor& keeper, const caf::actor& handle,
+                      const caf::actor& home) {
+  auto& system = self->home_system();
+  auto kept = ask<bool>(self, keeper, caf::make_message(keep_atom::value, handle));
+  REQUIRE_MESSAGE(kept, render(system, kept.error()));
+  CHECK(*kept);
+  auto sum = ask<int32_t>(self, keeper, caf::make_message(call_atom::value, int32_t(41)));
+  REQUIRE_MESSAGE(sum, render(system, sum.error()));
+  CHECK(*sum == 42);
+  auto back = ask<caf::actor>(self, keeper, caf::make_message(get_atom::value));
+  REQUIRE(back);
+  CHECK(*back == home);
+}
+
+// The down_msg reasons `keeper` has seen, once there are `count` of them
+// (or after 5 s).
+std::vector<std::string> downsSeen(caf::scoped_actor& self, const caf::actor& keeper, size_t count) {
+  std::vector<std::string> downs;
+  for (int i = 0; i < 500 && downs.size() < count; ++i) {
+    auto got = ask<std::vector<std::string>>(self, keeper, caf::make_message(downs_atom::value));
+    REQUIRE_MESSAGE(got, render(self->home_system(), got.error()));
+    downs = *got;
+    if (downs.size() < count) std::this_thread::sleep_for(10ms);
+  }
+  return downs;
+}
+
+// What a forked serving node does: publish the test actors (and a keeper), tell the parent
+// its URLs, and leave cleanly when its "leaver" actor is asked to.
+int servingNode(Child& self, NodeOptions options) {
+  TestNode node(options);
+  publishAll(node);
+  node.node().publish(node.own(node.system().spawn(keeper)), "keeper");
+  auto left = std::make_shared<std::promise<void>>();
+  auto leaver = node.system().spawn([left](caf::event_based_actor*) -> caf::behavior {
+    return {[left](leave_atom) { left->set_value(); }};
+  });
+  node.node().publish(leaver, "leaver");
+  self.send(node.node().url("tcp"));
+  self.send(node.node().url("shm"));
+  left->get_future().wait();
+  node.leave();
+  return 0;
+}
+
+// A forked serving node (servingNode); `url` is its tcp URL.
+Child servingChild(std::string& url) {
+  Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
+                             std::chrono::seconds(60));
+  url = child.receive();
+  REQUIRE(!url.empty());
+  return child;
 }
 
 } // namespace
@@ -412,78 +494,6 @@ TEST_CASE("links to an actor that is gone end the linker; a peer linking past th
   context->join();
 }
 
-using keep_atom = caf::atom_constant<caf::atom("keep")>;
-using call_atom = caf::atom_constant<caf::atom("call")>;
-using downs_atom = caf::atom_constant<caf::atom("downs")>;
-
-// Keeps an actor handle it is sent (alone, or the first of a vector), calls
-// it, gives it back, and counts the down_msgs of what it keeps.
-struct KeeperState {
-  caf::actor kept;
-  std::vector<caf::error> downs;
-};
-caf::behavior keeper(caf::stateful_actor<KeeperState>* self) {
-  self->set_down_handler([self](caf::down_msg& down) { self->state.downs.push_back(down.reason); });
-  auto keep = [self](caf::actor handle) {
-    bool valid = static_cast<bool>(handle);
-    if (valid) self->monitor(handle);
-    self->state.kept = std::move(handle);
-    return valid;
-  };
-  return {
-      [keep](keep_atom, caf::actor& handle) { return keep(std::move(handle)); },
-      [keep](keep_atom, std::vector<caf::actor>& handles) {
-        return !handles.empty() && keep(std::move(handles.front()));
-      },
-      [self](call_atom, int32_t x) {
-        auto rp = self->make_response_promise<int32_t>();
-        self->request(self->state.kept, 10s, x)
-            .then([rp](int32_t y) mutable { rp.deliver(y); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
-      },
-      [self](get_atom) { return self->state.kept; },
-      [self](downs_atom) {
-        std::vector<std::string> out;
-        for (auto& e : self->state.downs) out.push_back(self->system().render(e));
-        return out;
-      },
-  };
-}
-
-caf::behavior adder() {
-  return {[](int32_t x) { return x + 1; }};
-}
-
-// `keeper` keeps `handle` (an adder's), calls it through that handle, and
-// gives back a handle that is `home` (the sender's own view of the adder).
-void keepCallGiveBack(caf::scoped_actor& self, const caf::actor& keeper, const caf::actor& handle,
-                      const caf::actor& home) {
-  auto& system = self->home_system();
-  auto kept = ask<bool>(self, keeper, caf::make_message(keep_atom::value, handle));
-  REQUIRE_MESSAGE(kept, render(system, kept.error()));
-  CHECK(*kept);
-  auto sum = ask<int32_t>(self, keeper, caf::make_message(call_atom::value, int32_t(41)));
-  REQUIRE_MESSAGE(sum, render(system, sum.error()));
-  CHECK(*sum == 42);
-  auto back = ask<caf::actor>(self, keeper, caf::make_message(get_atom::value));
-  REQUIRE(back);
-  CHECK(*back == home);
-}
-
-// The down_msg reasons `keeper` has seen, once there are `count` of them
-// (or after 5 s).
-std::vector<std::string> downsSeen(caf::scoped_actor& self, const caf::actor& keeper, size_t count) {
-  std::vector<std::string> downs;
-  for (int i = 0; i < 500 && downs.size() < count; ++i) {
-    auto got = ask<std::vector<std::string>>(self, keeper, caf::make_message(downs_atom::value));
-    REQUIRE_MESSAGE(got, render(self->home_system(), got.error()));
-    downs = *got;
-    if (downs.size() < count) std::this_thread::sleep_for(10ms);
-  }
-  return downs;
-}
-
 TEST_CASE("actor handles travel inside messages: a proxy that answers, is watched, and comes home") {
   TestNode server;
   TestNode client;
@@ -813,17 +823,25 @@ TEST_CASE("a frozen node (SIGSTOP) is declared lost within the heartbeat bound")
   child.wait();
 }
 
-TEST_CASE("a node that leaves says so: monitors see kNodeLeft, not kNodeLost") {
-  Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
-                             std::chrono::seconds(60));
-  std::string url = child.receive();
-  REQUIRE(!url.empty());
+TEST_CASE("a node in another process: handles cross both ways; it leaves, monitors see kNodeLeft") {
+  std::string url;
+  Child child = servingChild(url);
   TestNode client;
   auto summer = client.node().remoteActor(url, "summer");
   auto leaver = client.node().remoteActor(url, "leaver");
+  auto keeperThere = client.node().remoteActor(url, "keeper");
   REQUIRE(summer);
   REQUIRE(leaver);
+  REQUIRE(keeperThere);
   caf::scoped_actor self{client.system()};
+  // Our actor there as a proxy that calls back here, and back here as itself.
+  auto added = client.system().spawn(adder);
+  keepCallGiveBack(self, *keeperThere, added, added);
+  caf::anon_send_exit(added, caf::exit_reason::user_shutdown);
+  auto downs = downsSeen(self, *keeperThere, 1);
+  REQUIRE(downs.size() == 1);
+  CHECK(downs[0].find("user_shutdown") != std::string::npos);
+  // A clean leave.
   self->monitor(*summer);
   self->send(*leaver, leave_atom::value);
   caf::error reason;
