@@ -712,11 +712,10 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
                             frame.reason.empty() ? caf::message() : caf::make_message(frame.reason));
       }
       caf::strong_actor_ptr proxy;
-      caf::node_id peer;
       std::vector<caf::strong_actor_ptr> held;  // released after the kill
+      std::map<caf::actor_id, std::weak_ptr<Link>> handle;  // in the node's registry
       {
         std::lock_guard<std::mutex> guard(mutex_);
-        peer = peerNode_;
         auto it = proxies_.find(frame.aid);
         if (it != proxies_.end()) {
           proxy = it->second.lock();
@@ -726,12 +725,8 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         auto last = peerLinks_.lower_bound({frame.aid + 1, 0});
         for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
         peerLinks_.erase(first, last);
-      }
-      std::map<caf::actor_id, std::weak_ptr<Link>> handle;
-      {
-        std::lock_guard<std::mutex> guard(mutex_);
-        auto it = handleAids_.find(frame.aid);
-        if (it != handleAids_.end()) handle.insert(handleAids_.extract(it));
+        auto h = handleAids_.find(frame.aid);
+        if (h != handleAids_.end()) handle.insert(handleAids_.extract(h));
       }
       releaseHandles(std::move(handle), reason);
       if (proxy) caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
