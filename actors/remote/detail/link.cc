@@ -984,6 +984,11 @@ void Link::releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, con
 }
 
 bool Link::settleHandles(size_t& unreachable) {
+  unreachable = 0;
+  if (refusedHandles_.empty() && newHandles_.empty() && unreachableHandles_ == 0 &&
+      !handleOverflow_) {
+    return true;  // most messages hold no handle: nothing to settle
+  }
   auto node = node_.lock();
   for (const auto& refused : refusedHandles_) {
     if (node) node->handles().erase(refused.first, refused.second);  // a null entry: nothing killed
