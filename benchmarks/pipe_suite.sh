@@ -4,6 +4,7 @@
 # usage: benchmarks/pipe_suite.sh [build-dir] [baseline-build-dir]
 # With a baseline, the two builds' runs alternate (A B A B ...) so both see
 # the same machine, and each line ends with the ratio of p50s (this / baseline).
+# ONLY=regex runs the cases whose names match (e.g. ONLY='8 B|1 KiB').
 set -euo pipefail
 build=${1:-build}
 baseline=${2:-}
@@ -49,6 +50,7 @@ fi
 for c in "${cases[@]}"; do
   name=${c%%|*}
   args=${c#*|}
+  [[ -z ${ONLY:-} || $name =~ ${ONLY} ]] || continue
   mine=$(mktemp)
   theirs=$(mktemp)
   for ((i = 0; i < repeat; i++)); do

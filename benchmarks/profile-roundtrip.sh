@@ -44,7 +44,10 @@ perf record -q -F 15000 -a -o "$tmp/perf.data" -- \
   --json >"$tmp/run.txt" 2>/dev/null
 mean=$(grep -oP '"mean_us": \K[0-9.]+' "$tmp/run.txt")
 echo "profiled run: p50 $(grep -oP '"p50_us": \K[0-9.]+' "$tmp/run.txt") us, mean $mean us (perf's sampling slows it)"
-perf report -i "$tmp/perf.data" --no-children --comm actorpipe-bench --sort dso,sym --stdio \
+# The bench's threads: its main thread and the loops ("ap." and the loop's
+# name, runtime/detail/loop.cc), client and server.
+comms=actorpipe-bench,ap.bench-client,ap.bench-server
+perf report -i "$tmp/perf.data" --no-children --comm "$comms" --sort dso,sym --stdio \
   --percent-limit 0 2>/dev/null | grep -v '^#' | grep -v '^$' >"$tmp/symbols.txt"
 
 awk -v rt="$mean" '

@@ -5,11 +5,13 @@
 // messages. Callbacks run on the transport's loop thread.
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/detail/function.h>
 #include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
 
@@ -46,10 +48,47 @@ struct Slice {
   size_t length;
 };
 
+// The pieces of one write, sent back to back. Up to four are kept inline (a
+// pipe writes its frame and the message's inline data: usually one or two),
+// so a write allocates nothing for its list.
+class Slices {
+ public:
+  Slices() = default;
+  Slices(std::initializer_list<Slice> list) {
+    for (const Slice& s : list) push_back(s);
+  }
+  void push_back(Slice s) {
+    if (size_ < kInline) {
+      inline_[size_] = s;
+    } else {
+      if (size_ == kInline) more_.assign(inline_, inline_ + kInline);
+      more_.push_back(s);
+    }
+    ++size_;
+  }
+  void reserve(size_t n) {
+    if (n > kInline) more_.reserve(n);
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const Slice* data() const { return size_ <= kInline ? inline_ : more_.data(); }
+  const Slice* begin() const { return data(); }
+  const Slice* end() const { return data() + size_; }
+  const Slice& operator[](size_t i) const { return data()[i]; }
+
+ private:
+  static constexpr size_t kInline = 4;
+  Slice inline_[kInline]{};
+  std::vector<Slice> more_;
+  size_t size_{0};
+};
+
 class Connection {
  public:
-  using read_callback_fn = std::function<void(const Error&)>;
-  using write_callback_fn = std::function<void(const Error&)>;
+  // Closures of up to 64 bytes (a few shared_ptrs) stay inline: a pipe
+  // issues several reads and writes per message (detail/function.h).
+  using read_callback_fn = actorpipe::detail::Function<void(const Error&), 64>;
+  using write_callback_fn = actorpipe::detail::Function<void(const Error&), 64>;
 
   virtual ~Connection() = default;
 
@@ -57,9 +96,9 @@ class Connection {
   // were asked for; so do writes.
   virtual void read(void* ptr, size_t length, read_callback_fn fn) = 0;
   // Writes the slices back to back. Their memory must stay valid until `fn`.
-  virtual void write(std::vector<Slice> slices, write_callback_fn fn) = 0;
+  virtual void write(Slices slices, write_callback_fn fn) = 0;
   void write(const void* ptr, size_t length, write_callback_fn fn) {
-    write(std::vector<Slice>{{ptr, length}}, std::move(fn));
+    write(Slices{{ptr, length}}, std::move(fn));
   }
   // Fails every pending and later operation with `reason`; releases the socket.
   virtual void close(Error reason) = 0;

@@ -8,11 +8,17 @@ namespace {
 constexpr size_t kFirstChunk = 64 * 1024;
 
 void readMore(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
-              size_t length, std::function<void(const Error&)> fn) {
+              size_t length, transport::Connection::read_callback_fn fn) {
   const size_t have = body->size();
   if (have == length) return fn(Error());
   const size_t next = std::min(length - have, std::max(kFirstChunk, have));
   body->resize(have + next);
+  if (have + next == length) {
+    // The last (for a small frame, the only) chunk: the caller's callback as
+    // it is, which the connection keeps without an allocation.
+    connection->read(body->data() + have, next, std::move(fn));
+    return;
+  }
   connection->read(body->data() + have, next, [connection, body, length, fn = std::move(fn)](const Error& e) mutable {
     if (e) return fn(e);
     readMore(connection, body, length, std::move(fn));
@@ -22,7 +28,7 @@ void readMore(const std::shared_ptr<transport::Connection>& connection, std::vec
 }  // namespace
 
 void readBody(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
-              size_t length, std::function<void(const Error&)> fn) {
+              size_t length, transport::Connection::read_callback_fn fn) {
   body->clear();
   readMore(connection, body, length, std::move(fn));
 }

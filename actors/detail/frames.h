@@ -17,7 +17,7 @@ using frame_fn = std::function<void(const Error&, wire::FrameType, std::vector<u
 // sends little makes us hold what it sent, not what it announced. `*body`
 // must outlive `fn` (the caller's state, captured in `fn`, owns it).
 void readBody(const std::shared_ptr<transport::Connection>& connection, std::vector<uint8_t>* body,
-              size_t length, std::function<void(const Error&)> fn);
+              size_t length, transport::Connection::read_callback_fn fn);
 
 // `limits.maxFrameSize` bounds the body; checked before any of it is read.
 void readFrame(const std::shared_ptr<transport::Connection>& connection, const Limits& limits,

@@ -196,20 +196,18 @@ void PipeCore::spawnActor() {
 // "Where a small round trip's time goes"). From any other thread an operation
 // is a message to the actor. `task(core, refused)` gets the core, or null and
 // why not: the pipe is gone, or the loop runs no more tasks.
-template <class Task>
-void PipeCore::postNext(Task task) {
-  struct Next {
-    std::weak_ptr<PipeCore> core;
-    Task task;
-  };
-  // One allocation; the posted closure is a single shared_ptr, which
-  // std::function stores without another.
-  auto next = std::make_shared<Next>(Next{weak_from_this(), std::move(task)});
-  const bool posted = loop_->post([next] {
-    if (auto core = next->core.lock()) next->task(core.get(), Error());
-    else next->task(nullptr, ACTORPIPE_ERROR(PipeClosedError));
+template <class Op>
+void PipeCore::postNext(Op op) {
+  // The closure (the operation's arguments and a weak reference) fits in a
+  // Loop::Task: no allocation. It is made only once the loop accepts it, so
+  // a refused operation is still here to fail.
+  const bool posted = loop_->postMade([&] {
+    return [core = weak_from_this(), op = std::move(op)]() mutable {
+      if (auto alive = core.lock()) op(alive.get(), Error());
+      else op(nullptr, ACTORPIPE_ERROR(PipeClosedError));
+    };
   });
-  if (!posted) next->task(nullptr, ACTORPIPE_ERROR(ContextClosedError));
+  if (!posted) op(nullptr, ACTORPIPE_ERROR(ContextClosedError));
 }
 
 void PipeCore::write(Message message, Pipe::write_callback_fn fn) {
@@ -266,18 +264,17 @@ void PipeCore::close(Error reason) {
 // --- writing ------------------------------------------------------------------
 
 void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
-  auto op = std::make_shared<WriteOp>();
-  op->message = std::move(message);
-  op->fn = std::move(fn);
   Error refused = error_ ? error_ : writeError_ ? writeError_ : admit(writes_.size(), "write");
-  writes_.push_back(op);
+  WriteOp& op = writes_.add();
+  op.message = std::move(message);
+  op.fn = std::move(fn);
   if (refused) {
-    op->done = true;
-    op->error = refused;
+    op.done = true;
+    op.error = refused;
     flushWrites();
     return;
   }
-  op->deadline = armDeadline("write");
+  op.deadline = armDeadline("write");
   if (state_ == State::kEstablished) {
     sendWrite(op);
   }
@@ -290,8 +287,7 @@ channel::Endpoint* PipeCore::endpointFor(const std::string& channel) const {
 
 // Checks the message and describes it; sends nothing, so a message that
 // fails here leaves no trace on the wire.
-Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame,
-                           std::vector<transport::Slice>& inlineData,
+Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transport::Slices& inlineData,
                            std::vector<OutOfBand>& outOfBand) {
   const Message& m = op.message;
   const Limits& limits = context_->limits();
@@ -352,16 +348,15 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame,
 // A write is done when its frame (with inline data) is on the wire and every
 // out-of-band channel has moved its tensors. Out-of-band sends are issued
 // here, in message order, which is the order the peer's reads expect.
-void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
-  op->sent = true;
+void PipeCore::sendWrite(WriteOp& op) {
+  op.sent = true;
   wire::MessageFrame frame;
-  std::vector<transport::Slice> inlineData;
+  transport::Slices inlineData;
   std::vector<OutOfBand> outOfBand;
-  Error error = buildFrame(*op, frame, inlineData, outOfBand);
-  std::string framed;  // header and body
+  Error error = buildFrame(op, frame, inlineData, outOfBand);
   if (!error) {
-    framed = wire::encodeMessage(frame);
-    const size_t body = framed.size() - wire::kHeaderSize;
+    wire::encodeMessage(frame, op.frame);  // header and body, in the operation's own buffer
+    const size_t body = op.frame.size() - wire::kHeaderSize;
     // Checked before any send starts; descriptors add only a few bytes.
     if (body + 64 * outOfBand.size() > context_->limits().maxFrameSize) {
       error = ACTORPIPE_ERROR(LimitExceededError, "descriptor frame", body, context_->limits().maxFrameSize);
@@ -369,15 +364,16 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
   }
   if (error) {
     // Nothing reached the wire: this write fails, the pipe carries on.
-    op->done = true;
-    op->error = error;
+    op.done = true;
+    op.error = error;
     flushWrites();
     return;
   }
   auto self = shared_from_this();
-  op->pending = 1 + outOfBand.size();
-  auto complete = [self, op](const Error& e) {
-    if (op->done) return;  // the pipe failed first and reported it
+  op.pending = 1 + outOfBand.size();
+  auto complete = [self, seq = op.seq](const Error& e) {
+    WriteOp* op = self->writes_.find(seq);
+    if (op == nullptr || op->done) return;  // the pipe failed first and reported it
     if (e) return self->fail(e);
     if (--op->pending == 0) {
       op->done = true;
@@ -395,23 +391,24 @@ void PipeCore::sendWrite(const std::shared_ptr<WriteOp>& op) {
             }
           });
     }
-    framed = wire::encodeMessage(frame);
+    // A send that failed at once failed the pipe, and this write with it.
+    if (error_) return;
+    wire::encodeMessage(frame, op.frame);
   }
-  op->frame = std::move(framed);
-  std::vector<transport::Slice> slices;
+  transport::Slices slices;
   slices.reserve(1 + inlineData.size());
-  slices.push_back({op->frame.data(), op->frame.size()});
-  slices.insert(slices.end(), inlineData.begin(), inlineData.end());
+  slices.push_back({op.frame.data(), op.frame.size()});
+  for (const auto& s : inlineData) slices.push_back(s);
   connection_->write(std::move(slices), complete);
 }
 
 // Callbacks fire in call order even when a later write fails early.
 void PipeCore::flushWrites() {
-  while (!writes_.empty() && writes_.front()->done) {
-    auto op = std::move(writes_.front());
-    writes_.pop_front();
-    disarm(op->deadline);
-    op->fn(op->error);
+  while (!writes_.empty() && writes_.front().done) {
+    writes_.finishFront([this](Pipe::write_callback_fn& fn, const Error& error, uint64_t deadline) {
+      disarm(deadline);
+      fn(error);
+    });
   }
 }
 
@@ -423,7 +420,7 @@ void PipeCore::doReadDescriptor(Pipe::read_descriptor_callback_fn fn) {
     fn(refused, Descriptor());
     return;
   }
-  descriptorReads_.push_back({std::move(fn), armDeadline("readDescriptor")});
+  descriptorReads_.push_back(DescriptorOp{std::move(fn), armDeadline("readDescriptor")});
   advanceReads();
 }
 
@@ -472,8 +469,7 @@ void PipeCore::onFrame() {
     }
   }
   readState_ = ReadState::kAwaitingAllocation;
-  auto op = std::move(descriptorReads_.front());
-  descriptorReads_.pop_front();
+  DescriptorOp op = descriptorReads_.takeFront();
   disarm(op.deadline);
   op.fn(Error(), frame_.descriptor);
 }
@@ -505,26 +501,25 @@ Error PipeCore::checkAllocation(const Allocation& allocation) const {
 }
 
 void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
-  auto op = std::make_shared<ReadOp>();
-  op->fn = std::move(fn);
   Error refused = admit(reads_.size(), "read");
-  reads_.push_back(op);
+  ReadOp& op = reads_.add();
+  op.fn = std::move(fn);
   if (error_) {
-    op->error = error_;
+    op.error = error_;
   } else if (refused) {
-    op->error = refused;
+    op.error = refused;
   } else if (readState_ != ReadState::kAwaitingAllocation) {
-    op->error = ACTORPIPE_ERROR(LogicError, "read() called with no descriptor waiting for its data");
+    op.error = ACTORPIPE_ERROR(LogicError, "read() called with no descriptor waiting for its data");
   } else {
-    op->error = checkAllocation(allocation);
+    op.error = checkAllocation(allocation);
   }
-  if (op->error) {
-    op->done = true;
+  if (op.error) {
+    op.done = true;
     flushReads();
     return;
   }
   readState_ = ReadState::kReadingData;
-  op->deadline = armDeadline("read");
+  op.deadline = armDeadline("read");
   const Descriptor& d = frame_.descriptor;
   // Inline bytes come off the connection in stream order; out-of-band
   // tensors come from their channel's endpoint.
@@ -549,8 +544,8 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     }
   }
   auto self = shared_from_this();
-  auto finish = [self, op] {
-    op->done = true;
+  auto finish = [self, seq = op.seq] {
+    if (ReadOp* op = self->reads_.find(seq)) op->done = true;
     self->readState_ = ReadState::kIdle;
     self->flushReads();
     self->advanceReads();
@@ -560,9 +555,10 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     finish();
     return;
   }
-  auto complete = [self, op, finish](const Error& e) {
+  auto complete = [self, seq = op.seq, finish](const Error& e) {
     if (e) return self->fail(e);
-    if (op->done) return;
+    ReadOp* op = self->reads_.find(seq);
+    if (op == nullptr || op->done) return;
     if (--self->dataReadsLeft_ == 0) finish();
   };
   for (const auto& region : regions) {
@@ -581,11 +577,11 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
 }
 
 void PipeCore::flushReads() {
-  while (!reads_.empty() && reads_.front()->done) {
-    auto op = std::move(reads_.front());
-    reads_.pop_front();
-    disarm(op->deadline);
-    op->fn(op->error);
+  while (!reads_.empty() && reads_.front().done) {
+    reads_.finishFront([this](Pipe::read_callback_fn& fn, const Error& error, uint64_t deadline) {
+      disarm(deadline);
+      fn(error);
+    });
   }
 }
 
@@ -597,12 +593,12 @@ void PipeCore::onPeerGone(const Error& error) {
     e.second->flush();  // what the peer acknowledged before it went is done
   }
   writeError_ = error;
-  for (auto& op : writes_) {
-    if (!op->done) {
-      op->done = true;
-      op->error = error;
+  writes_.forEach([&](WriteOp& op) {
+    if (!op.done) {
+      op.done = true;
+      op.error = error;
     }
-  }
+  });
   flushWrites();
 }
 
@@ -640,25 +636,24 @@ void PipeCore::fail(Error error) {
   for (auto& e : endpoints_) {
     e.second->close(error_);
   }
-  for (auto& op : writes_) {
-    if (!op->done) {
-      op->done = true;
-      op->error = error_;
+  writes_.forEach([&](WriteOp& op) {
+    if (!op.done) {
+      op.done = true;
+      op.error = error_;
     }
-  }
+  });
   flushWrites();
-  auto descriptorReads = std::move(descriptorReads_);
-  descriptorReads_.clear();
-  for (auto& op : descriptorReads) {
+  auto descriptorReads = std::exchange(descriptorReads_, Fifo<DescriptorOp>());
+  descriptorReads.drain([&](DescriptorOp op) {
     disarm(op.deadline);
     op.fn(error_, Descriptor());
-  }
-  for (auto& op : reads_) {
-    if (!op->done) {
-      op->done = true;
-      op->error = error_;
+  });
+  reads_.forEach([&](ReadOp& op) {
+    if (!op.done) {
+      op.done = true;
+      op.error = error_;
     }
-  }
+  });
   flushReads();
   if (ready_) {
     auto ready = std::move(ready_);

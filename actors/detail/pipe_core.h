@@ -15,6 +15,7 @@
 
 #include <caf/actor.hpp>
 
+#include <actorpipe/runtime/detail/fifo.h>
 #include <actorpipe/runtime/detail/wire.h>
 #include <actorpipe/runtime/error.h>
 #include <actorpipe/runtime/message.h>
@@ -87,8 +88,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void onPeerGone(const Error& error);
 
  private:
-  template <class Task>
-  void postNext(Task task);
+  template <class Op>
+  void postNext(Op op);
 
   enum class State {
     kConnecting,   // connector: hello sent, waiting for welcome or reject
@@ -108,7 +109,63 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     kReadingData,          // payloads then inline tensors, into the allocation
   };
 
+  // Pending operations of one kind, oldest first, numbered in order.
+  // Finished ones are kept for reuse: a steady exchange allocates none, and
+  // a write's frame buffer keeps its capacity. Callbacks name an operation
+  // by its number, never by pointer, so one that comes after its operation
+  // finished finds nothing. Loop thread only.
+  template <class Op>
+  class Operations {
+   public:
+    bool empty() const { return pending_.empty(); }
+    size_t size() const { return pending_.size(); }
+    Op& front() { return *pending_.front(); }
+    Op& add() {
+      std::unique_ptr<Op> op;
+      if (spare_.empty()) {
+        op = std::make_unique<Op>();
+      } else {
+        op = std::move(spare_.back());
+        spare_.pop_back();
+      }
+      op->seq = next_++;
+      Op& ref = *op;
+      pending_.push_back(std::move(op));
+      return ref;
+    }
+    Op* find(uint64_t seq) {
+      if (pending_.empty()) return nullptr;
+      const uint64_t first = pending_.front()->seq;
+      if (seq < first || seq - first >= pending_.size()) return nullptr;
+      return pending_[seq - first].get();
+    }
+    // The oldest leaves the queue: `fn(op)` finishes it, after it went back
+    // to the spares (reset: a callback that asks for the next operation may
+    // take it).
+    template <class Fn>
+    void finishFront(Fn&& fn) {
+      std::unique_ptr<Op> op = pending_.takeFront();
+      auto callback = std::move(op->fn);
+      Error error = std::move(op->error);
+      const uint64_t deadline = op->deadline;
+      op->reset();
+      if (spare_.size() < kSpare) spare_.push_back(std::move(op));
+      fn(callback, error, deadline);
+    }
+    template <class Fn>
+    void forEach(Fn&& fn) {
+      pending_.forEach([&](std::unique_ptr<Op>& op) { fn(*op); });
+    }
+
+   private:
+    static constexpr size_t kSpare = 8;
+    Fifo<std::unique_ptr<Op>> pending_;
+    std::vector<std::unique_ptr<Op>> spare_;
+    uint64_t next_{1};
+  };
+
   struct WriteOp {
+    uint64_t seq{0};
     Message message;
     Pipe::write_callback_fn fn;
     uint64_t deadline{0};  // timer, 0 if none
@@ -117,6 +174,16 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     bool sent{false};
     bool done{false};
     Error error;
+    // For reuse. The frame keeps its memory: nothing writes it before the
+    // next sendWrite, which a pipe whose frame may still be queued on the
+    // connection (one that failed, or whose peer left) never makes.
+    void reset() {
+      message = Message();
+      deadline = 0;
+      pending = 0;
+      sent = done = false;
+      error = Error();
+    }
   };
   // A tensor that an out-of-band channel moves.
   struct OutOfBand {
@@ -126,10 +193,16 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     size_t length;
   };
   struct ReadOp {
+    uint64_t seq{0};
     Pipe::read_callback_fn fn;
     uint64_t deadline{0};
     bool done{false};
     Error error;
+    void reset() {
+      deadline = 0;
+      done = false;
+      error = Error();
+    }
   };
 
   void spawnActor();
@@ -141,9 +214,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void reject(const std::string& reason);
   void establish();
 
-  void sendWrite(const std::shared_ptr<WriteOp>& op);
-  Error buildFrame(const WriteOp& op, wire::MessageFrame& frame,
-                   std::vector<transport::Slice>& inlineData, std::vector<OutOfBand>& outOfBand);
+  void sendWrite(WriteOp& op);
+  Error buildFrame(const WriteOp& op, wire::MessageFrame& frame, transport::Slices& inlineData,
+                   std::vector<OutOfBand>& outOfBand);
   channel::Endpoint* endpointFor(const std::string& channel) const;
   void closeEndpoints();
   void flushWrites();
@@ -185,15 +258,15 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   // channel name -> this pipe's endpoint, for out-of-band channels
   std::map<std::string, std::shared_ptr<channel::Endpoint>> endpoints_;
 
-  std::deque<std::shared_ptr<WriteOp>> writes_;
+  Operations<WriteOp> writes_;
 
   ReadState readState_{ReadState::kIdle};
   struct DescriptorOp {
     Pipe::read_descriptor_callback_fn fn;
     uint64_t deadline{0};
   };
-  std::deque<DescriptorOp> descriptorReads_;
-  std::deque<std::shared_ptr<ReadOp>> reads_;
+  Fifo<DescriptorOp> descriptorReads_;
+  Operations<ReadOp> reads_;
   uint8_t header_[wire::kHeaderSize];
   std::vector<uint8_t> frameBody_;
   wire::MessageFrame frame_;

@@ -419,8 +419,9 @@ void PipeCore::establish() {
     for (const auto& c : channels_) channels += " " + c.first + ":" + c.second;
     return channels.empty() ? std::string(", no channels") : ", channels" + channels;
   }());
-  for (auto& op : writes_) {
-    if (!op->sent && !op->done) sendWrite(op);
+  // sendWrite may finish writes (or fail the pipe, finishing all): walk by number.
+  for (uint64_t seq = writes_.empty() ? 0 : writes_.front().seq; WriteOp* op = writes_.find(seq); ++seq) {
+    if (!op->sent && !op->done) sendWrite(*op);
   }
   advanceReads();
   if (ready_) {

@@ -63,7 +63,7 @@ class DeadConnection final : public transport::Connection {
  public:
   explicit DeadConnection(Error e) : error_(std::move(e)) {}
   void read(void*, size_t, read_callback_fn fn) override { fn(error_); }
-  void write(std::vector<transport::Slice>, write_callback_fn fn) override { fn(error_); }
+  void write(transport::Slices, write_callback_fn fn) override { fn(error_); }
   void close(Error) override {}
   std::string peerAddress() const override { return "(closed mpt lane)"; }
   void onPeerGone(std::function<void(const Error&)>) override {}

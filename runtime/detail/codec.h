@@ -23,6 +23,9 @@ class Writer {
     out_.reserve(reserve);
     out_.assign(prefix, '\0');
   }
+  // The same, building in `reuse`'s memory (a caller that encodes often
+  // keeps one buffer: no allocation once it is large enough).
+  Writer(std::string&& reuse, size_t prefix) : out_(std::move(reuse)) { out_.assign(prefix, '\0'); }
   void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void u32(uint32_t v) {
     for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));

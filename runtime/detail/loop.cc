@@ -69,12 +69,16 @@ bool Loop::post(Task task) {
     queue_.push_back(std::move(task));
     queued_.store(true, std::memory_order_release);
   }
+  wakeAfterPost();
+  return true;
+}
+
+void Loop::wakeAfterPost() {
   // The loop sets `sleeping_` before its last look at the queue, so either it
   // sees this task or we see it asleep and wake it (both sides are seq_cst).
   if (!inLoop() && sleeping_.load()) {
     uv_async_send(async_);
   }
-  return true;
 }
 
 void Loop::onAsync(uv_async_s* handle) {
@@ -200,8 +204,11 @@ void Loop::awake() {
 // anything happened within the poll window the loop keeps turning; then it
 // arms the pollers' wake-ups and blocks in epoll.
 void Loop::run() {
+  constexpr auto kUvTurnWhilePolling = std::chrono::microseconds(5);
+  constexpr auto kUvTurnWhileWorking = std::chrono::microseconds(50);
   unsigned idleTurns = 0;
   unsigned turnsWithoutUv = 0;
+  std::chrono::steady_clock::time_point lastUvTurn{};
   for (;;) {
     bool worked = drainQueue();
     worked = pollPollers() || worked;
@@ -213,14 +220,23 @@ void Loop::run() {
       }
     }
     // libuv's turn is an epoll_wait system call (and a clock read): ~0.4 µs
-    // here, which a busy shm exchange would pay on its critical path several
-    // times per round trip (a message's header, then the read and the write
-    // the callbacks ask for, each end a turn). With pollers to watch,
-    // sockets and timers get one turn in 8, busy or idle; a turn without
-    // one costs tens of nanoseconds, so a socket waits at most a few hundred.
-    if (pollers_.empty() || ++turnsWithoutUv >= 8) {
-      turnsWithoutUv = 0;
+    // here, as long as several polling turns, and a reply that arrives
+    // during it waits. With pollers to watch, libuv gets a turn once 5 µs
+    // have passed while the loop polls idly, 50 µs while it keeps working
+    // (the clock is read one turn in 16): so a socket or timer on a polling
+    // loop waits about 5 µs, one on a loop busy copying about 50 µs, and a
+    // turn that worked is rarely followed by a system call before what it
+    // posted (the write a read's callback asked for) runs.
+    std::chrono::steady_clock::time_point now{};  // read at most once a turn
+    if (pollers_.empty()) {
       uv_run(loop_, UV_RUN_NOWAIT);
+    } else if (++turnsWithoutUv % 16 == 0) {
+      now = std::chrono::steady_clock::now();
+      if (now - lastUvTurn >= (worked ? kUvTurnWhileWorking : kUvTurnWhilePolling)) {
+        lastUvTurn = now;
+        turnsWithoutUv = 0;
+        uv_run(loop_, UV_RUN_NOWAIT);
+      }
     }
     if (worked) {
       idleTurns = 0;
@@ -229,10 +245,17 @@ void Loop::run() {
     ++idleTurns;
     auto window = std::chrono::microseconds(pollWindow_.load(std::memory_order_relaxed));
     if (window.count() > 0) {
-      // Reading the clock costs too: look at it one turn in 16.
-      if (idleTurns % 16 != 0 || std::chrono::steady_clock::now() - lastActivity_ < window) {
+      // Reading the clock costs too: look at it one idle turn in 16, and
+      // only then stamp activity that happened since the last look (a
+      // worked turn only raises a flag).
+      if (idleTurns % 16 != 0) continue;
+      if (now == std::chrono::steady_clock::time_point{}) now = std::chrono::steady_clock::now();
+      if (active_) {
+        active_ = false;
+        lastActivity_ = now;
         continue;
       }
+      if (now - lastActivity_ < window) continue;
     }
     sleeping_.store(true);
     bool empty;

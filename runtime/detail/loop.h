@@ -17,6 +17,8 @@
 #include <map>
 #include <cstdint>
 
+#include <actorpipe/runtime/detail/function.h>
+
 struct uv_loop_s;
 struct uv_async_s;
 
@@ -24,7 +26,9 @@ namespace actorpipe::detail {
 
 class Loop {
  public:
-  using Task = std::function<void()>;
+  // Room for a pipe operation's closure (its Message, the user's callback
+  // and the pipe's weak reference: 128 bytes) without a heap allocation.
+  using Task = Function<void(), 128>;
 
   // Something the loop checks by polling rather than through epoll (a
   // shared-memory ring, say). While the loop is busy it calls poll() on every
@@ -47,6 +51,20 @@ class Loop {
   // Runs `task` on the loop thread after the tasks posted before it. Returns
   // false, and drops the task, once the loop has finished its last turn.
   bool post(Task task);
+  // As post, but the task is made (`make()`, under the queue's lock) only
+  // once it is accepted: a refused caller still holds what it would have
+  // moved into the task, and can fail it.
+  template <typename Make>
+  bool postMade(Make&& make) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (finished_) return false;
+      queue_.emplace_back(make());
+      queued_.store(true, std::memory_order_release);
+    }
+    wakeAfterPost();
+    return true;
+  }
 
   bool inLoop() const { return std::this_thread::get_id() == threadId_; }
   // Whether the caller may touch what only the loop thread touches: it is
@@ -59,7 +77,8 @@ class Loop {
   // Loop thread only.
   uv_loop_s* uv() { return loop_; }
   // Handlers call this when something happened, to keep the loop polling.
-  void noteActivity() { lastActivity_ = std::chrono::steady_clock::now(); }
+  // A flag: the loop reads the clock on its next look (one idle turn in 16).
+  void noteActivity() { active_ = true; }
 
   void setPollWindow(std::chrono::microseconds window) { pollWindow_.store(window.count()); }
 
@@ -79,6 +98,7 @@ class Loop {
 
  private:
   void run();
+  void wakeAfterPost();
   bool drainQueue();
   bool pollPollers();
   bool prepareToSleep();
@@ -103,6 +123,7 @@ class Loop {
   bool finished_{false};  // guarded by mutex_: the loop will run no more tasks
   std::atomic<int64_t> pollWindow_{200};
   std::chrono::steady_clock::time_point lastActivity_{};
+  bool active_{false};  // loop thread only: something happened since the last look at the clock
   std::vector<Poller*> pollers_;
   struct Timer;
   std::map<TimerId, Timer*> timers_;

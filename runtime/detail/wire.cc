@@ -143,12 +143,19 @@ std::string encode(const MessageFrame& frame) {
 }
 
 std::string encodeMessage(const MessageFrame& frame) {
-  Writer w(kHeaderSize, 128);
+  std::string out;
+  out.reserve(128);
+  encodeMessage(frame, out);
+  return out;
+}
+
+void encodeMessage(const MessageFrame& frame, std::string& out) {
+  Writer w(std::move(out), kHeaderSize);
   writeMessage(w, frame);
-  std::string& out = w.bytes();
-  const std::string header = encodeHeader(FrameType::kMessage, out.size() - kHeaderSize);
-  out.replace(0, kHeaderSize, header);
-  return w.take();
+  std::string& bytes = w.bytes();
+  const std::string header = encodeHeader(FrameType::kMessage, bytes.size() - kHeaderSize);
+  bytes.replace(0, kHeaderSize, header);
+  out = w.take();
 }
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Hello& out) {

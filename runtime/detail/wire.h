@@ -107,6 +107,8 @@ std::string encode(const MessageFrame& frame);
 // The same frame with its header in front, built in one string: what a
 // pipe sends (one allocation for a small message, not three).
 std::string encodeMessage(const MessageFrame& frame);
+// The same into `out`, reusing its memory.
+void encodeMessage(const MessageFrame& frame, std::string& out);
 std::string encode(const Join& join);
 std::string encode(const Challenge& challenge);
 std::string encode(const Auth& auth);

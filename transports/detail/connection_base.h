@@ -14,7 +14,7 @@
 //
 // Derived (CRTP) provides, all on the loop thread:
 //   void pumpReads();                                    serve reads_ (not re-entered: see pumping_)
-//   void writeInLoop(std::vector<Slice>, write_callback_fn);
+//   void writeInLoop(Slices, write_callback_fn);
 //   void closeInLoop(const Error& reason);               startClosing(), release, failReads()
 // and befriends ConnectionBase<Derived> for them.
 #include <deque>
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/fifo.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/context.h>
 #include <actorpipe/transports/detail/in_loop.h>
@@ -36,6 +37,7 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
  public:
   using Connection = transport::Connection;
   using Slice = transport::Slice;
+  using Slices = transport::Slices;
   using Connection::close;
   using Connection::write;
 
@@ -49,7 +51,7 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
     inLoop(
         loop_, [self, ptr, length, fn] { self->readInLoop({static_cast<uint8_t*>(ptr), length, 0, fn}); }, fn);
   }
-  void write(std::vector<Slice> slices, write_callback_fn fn) final {
+  void write(Slices slices, write_callback_fn fn) final {
     auto self = this->shared_from_this();
     if (loop_.inLoop()) return self->writeInLoop(std::move(slices), std::move(fn));
     inLoop(
@@ -107,21 +109,16 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
 
   // The queued reads, taken out before a close releases anything, and
   // failed with the connection's error after.
-  std::deque<ReadOp> takeReads() {
-    std::deque<ReadOp> reads = std::move(reads_);
-    reads_.clear();
-    return reads;
-  }
-  void failReads(std::deque<ReadOp>& reads) {
-    for (auto& op : reads) op.fn(error_);
-    reads.clear();
+  Fifo<ReadOp> takeReads() { return std::exchange(reads_, Fifo<ReadOp>()); }
+  void failReads(Fifo<ReadOp>& reads) {
+    reads.drain([this](ReadOp op) { op.fn(error_); });
   }
 
   Loop& loop_;
   const std::string peer_;
   Error error_;
   bool pumping_{false};  // Derived::pumpReads is running
-  std::deque<ReadOp> reads_;
+  Fifo<ReadOp> reads_;
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }

@@ -203,14 +203,14 @@ bool IbvConnection::serveReads() {
     }
     if (op.done == op.length) {
       auto fn = std::move(op.fn);
-      reads_.pop_front();
+      reads_.popFront();
       fn(Error());
     }
   }
   // Zero-length reads complete at once.
   while (!reads_.empty() && reads_.front().length == 0 && !error_) {
     auto fn = std::move(reads_.front().fn);
-    reads_.pop_front();
+    reads_.popFront();
     fn(Error());
   }
   pumping_ = false;
@@ -287,7 +287,7 @@ bool IbvConnection::prepareToSleep() {
   return !pollCompletions();
 }
 
-void IbvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+void IbvConnection::writeInLoop(Slices slices, write_callback_fn fn) {
   ACTORPIPE_DCHECK(loop_.ownsState());
   if (refuseWrite(fn, error_)) return;
   WriteOp op;

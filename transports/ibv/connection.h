@@ -51,7 +51,7 @@ class IbvConnection final : public detail::ConnectionBase<IbvConnection>,
 
   friend class detail::ConnectionBase<IbvConnection>;
   struct WriteOp {
-    std::vector<Slice> slices;
+    Slices slices;
     size_t slice{0};
     size_t offset{0};
     write_callback_fn fn;
@@ -65,7 +65,7 @@ class IbvConnection final : public detail::ConnectionBase<IbvConnection>,
   bool pushWrites();
   bool completeWrites();
   void pumpReads() { serveReads(); }
-  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
+  void writeInLoop(Slices slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
 
   std::shared_ptr<Device> device_;

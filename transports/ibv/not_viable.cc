@@ -10,7 +10,7 @@ class FailedConnection final : public Connection {
  public:
   FailedConnection(detail::Loop& loop, Error error) : loop_(loop), error_(std::move(error)) {}
   void read(void*, size_t, read_callback_fn fn) override { later([fn, e = error_] { fn(e); }); }
-  void write(std::vector<Slice>, write_callback_fn fn) override { later([fn, e = error_] { fn(e); }); }
+  void write(Slices, write_callback_fn fn) override { later([fn, e = error_] { fn(e); }); }
   void close(Error) override {}
   std::string peerAddress() const override { return "(no ibv)"; }
   void onPeerGone(std::function<void(const Error&)>) override {}

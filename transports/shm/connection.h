@@ -63,14 +63,15 @@ class ShmConnection final : public detail::ConnectionBase<ShmConnection>,
  private:
   friend class detail::ConnectionBase<ShmConnection>;
   struct WriteOp {
-    std::vector<Slice> slices;
+    Slices slices;
     size_t slice{0};
     size_t offset{0};
     write_callback_fn fn;
   };
 
   void pumpReads() { serveReads(); }
-  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
+  void prefault();
+  void writeInLoop(Slices slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
   Error mapRings(int outFd, int inFd, size_t ringSize);
   void watchSocket();
@@ -100,8 +101,13 @@ class ShmConnection final : public detail::ConnectionBase<ShmConnection>,
   ready_fn onReady_;
   std::shared_ptr<ShmConnection> self_;  // alive while the loop watches us
 
-  std::deque<WriteOp> writes_;
-  std::vector<write_callback_fn> completed_;  // a vector: moving it allocates nothing
+  size_t outFaulted_{0};  // bytes of each ring's data area faulted in (prefault)
+  size_t inFaulted_{0};
+  detail::Fifo<WriteOp> writes_;
+  // Writes the ring took, completed on the next poll (two vectors swapped:
+  // their capacity stays, so completing allocates nothing).
+  std::vector<write_callback_fn> completed_;
+  std::vector<write_callback_fn> completing_;
 };
 
 } // namespace actorpipe::transport::shm

@@ -61,6 +61,10 @@ class Ring {
 
   RingHeader* header() const { return header_; }
   size_t capacity() const { return capacity_; }
+  // Our own counter (bytes written, or read), and the data area: for
+  // faulting pages in ahead of use (ShmConnection::prefault).
+  uint64_t position() const { return mine_; }
+  uint8_t* data() const { return data_; }
   // The peer broke the counter protocol; sticky.
   bool corrupt() const { return corrupt_; }
 

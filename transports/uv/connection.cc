@@ -109,7 +109,7 @@ void UvConnection::pumpReads() {
       break;
     }
     auto fn = std::move(op.fn);
-    reads_.pop_front();
+    reads_.popFront();
     fn(Error());  // may queue more reads or close us
   }
   pumping_ = false;
@@ -201,10 +201,17 @@ void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   self->pumpReads();
 }
 
-void UvConnection::writeInLoop(std::vector<Slice> slices, write_callback_fn fn) {
+void UvConnection::writeInLoop(Slices slices, write_callback_fn fn) {
   ACTORPIPE_DCHECK(loop_.ownsState());
   if (refuseWrite(fn, error_)) return;
-  auto* op = new WriteOp;
+  WriteOp* op;
+  if (spareWrites_.empty()) {
+    op = new WriteOp;
+  } else {
+    op = spareWrites_.back().release();
+    spareWrites_.pop_back();
+    op->bufs.clear();  // keeps its capacity
+  }
   op->req.data = op;
   op->fn = std::move(fn);
   op->owner = shared_from_this();
@@ -239,7 +246,13 @@ void UvConnection::onWrite(uv_write_t* req, int status) {
   auto* op = static_cast<WriteOp*>(req->data);
   auto owner = std::move(op->owner);
   auto fn = std::move(op->fn);
-  delete op;
+  // Kept for the next write (a steady exchange allocates none); a burst's
+  // surplus is freed.
+  if (owner->spareWrites_.size() < kSpareWrites) {
+    owner->spareWrites_.emplace_back(op);
+  } else {
+    delete op;
+  }
   owner->loop_.noteActivity();
   if (status == 0) {
     fn(Error());

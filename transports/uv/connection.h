@@ -32,7 +32,7 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   struct WriteOp;
 
   void pumpReads();
-  void writeInLoop(std::vector<Slice> slices, write_callback_fn fn);
+  void writeInLoop(Slices slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
   void issueWrite(WriteOp* op);
   void onConnected(int status);
@@ -55,6 +55,8 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   size_t stagingBegin_{0};
   size_t stagingEnd_{0};
   std::vector<WriteOp*> writesBeforeConnect_;
+  static constexpr size_t kSpareWrites = 4;
+  std::vector<std::unique_ptr<WriteOp>> spareWrites_;  // finished, for reuse
 };
 
 } // namespace actorpipe::transport::uv
