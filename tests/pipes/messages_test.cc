@@ -129,6 +129,42 @@ TEST_CASE("operations asked from a pipe's callbacks run in the order asked") {
   CHECK(readsSeen == std::vector<std::string>(expected.begin() + 3, expected.end()));
 }
 
+TEST_CASE("a close asked from a callback comes after what that thread asked before, and before what it asks after") {
+  // On the loop thread operations skip the actor's mailbox (postNext) while
+  // a close goes through it: the order asked must hold anyway. A write asked
+  // before the close is sent (or failed by it); one asked after it fails
+  // with PipeClosedError and never goes out.
+  auto context = makeContext("closer", ContextOptions(), false);
+  auto listener = context->listen({"tcp://127.0.0.1:0"});
+  auto pipe = context->connect(listener->url("tcp"));
+  auto accepted = acceptSync(*listener);
+  REQUIRE(accepted != nullptr);
+  std::promise<Error> before, after;
+  Message first;
+  first.metadata = "first";
+  REQUIRE(!writeSync(*accepted, first));
+  pipe->readDescriptor([&](const Error& error, Descriptor) {
+    REQUIRE_MESSAGE(!error, error.what());
+    Message m;
+    m.metadata = "before";
+    pipe->write(m, [&](const Error& e) { before.set_value(e); });
+    pipe->close();
+    m.metadata = "after";
+    pipe->write(m, [&](const Error& e) { after.set_value(e); });
+  });
+  auto a = after.get_future();
+  auto b = before.get_future();
+  REQUIRE(ready(a, 20s));
+  REQUIRE(ready(b, 20s));
+  Error afterError = a.get();
+  CHECK_MESSAGE(afterError.isOfType<PipeClosedError>(), afterError.what());
+  Error beforeError = b.get();
+  CHECK_MESSAGE((!beforeError || beforeError.isOfType<PipeClosedError>()), beforeError.what());
+  accepted.reset();
+  pipe.reset();
+  context->join();
+}
+
 TEST_CASE("a full message followed by an empty one") {
   EchoPeer peer;
   Storage full = makeStorage({5, 6}, {7, 8}, 3);
