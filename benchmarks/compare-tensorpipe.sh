@@ -130,4 +130,15 @@ for entry in "${cases[@]}"; do
   ours=$(echo "$ap_runs" | median)
   ratio=$(awk -v a="$ours" -v b="$tp" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "?" }')
   printf '%-30s %14s %14s %8s   (TensorPipe:%s; actorpipe:%s)\n' "$name" "$tp" "$ours" "$ratio" "$tp_runs" "$ap_runs"
+  # Large tensors: each side's GB/s per direction (a round trip moves the
+  # tensor once each way) against the copy floor measured now (issue 14:
+  # >= 1.2x TensorPipe, >= 0.9x the best memcpy of that size).
+  if [[ $name =~ ([0-9]+)\ MiB ]]; then
+    bytes=$((BASH_REMATCH[1] << 20))
+    floor=$(timeout 120 "$ap" --memcpy "$bytes" --iterations 10 --json 2>/dev/null | grep -oP '"best_gb_per_s": \K[0-9.]+')
+    awk -v n="$bytes" -v tp="$tp" -v ap="$ours" -v m="$floor" 'BEGIN {
+      t = n / (tp / 2) / 1e3; a = n / (ap / 2) / 1e3;
+      printf "%-30s %14.2f %14.2f %8s   GB/s per direction; best memcpy of that size now %.2f GB/s: actorpipe %.2fx, TensorPipe %.2fx of it\n",
+        "", t, a, "", m, a / m, t / m }'
+  fi
 done
