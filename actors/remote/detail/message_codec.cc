@@ -217,6 +217,9 @@ Error decodeNodeId(caf::actor_system& system, const std::string& bytes, caf::nod
 
 Error encodeMessage(caf::actor_system& system, const caf::message& message, EncodedMessage& out) {
   out.bytes.clear();
+  // CAF's serializer grows the vector as it writes (a small message grew it
+  // four times: four allocations per message sent); one for a small one.
+  out.bytes.reserve(128);
   out.tensors.clear();
   caf::binary_serializer sink(system, out.bytes);
   tOutgoing = &out.tensors;
