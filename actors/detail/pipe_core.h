@@ -148,8 +148,13 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
       auto callback = std::move(op->fn);
       Error error = std::move(op->error);
       const uint64_t deadline = op->deadline;
+      // An operation finished before its transport was done with it (failed
+      // by a peer that left while it was queued) may still be read from:
+      // kept, whatever the bound, as long as the pipe lives (the
+      // connection's callbacks hold the pipe).
+      const bool held = op->held();
       op->reset();
-      if (spare_.size() < kSpare) spare_.push_back(std::move(op));
+      if (spare_.size() < kSpare || held) spare_.push_back(std::move(op));
       fn(callback, error, deadline);
     }
     template <class Fn>
@@ -174,6 +179,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     bool sent{false};
     bool done{false};
     Error error;
+    // Its frame may still be queued on the connection: sent, not completed.
+    bool held() const { return sent && pending > 0; }
     // For reuse. The frame keeps its memory: nothing writes it before the
     // next sendWrite, which a pipe whose frame may still be queued on the
     // connection (one that failed, or whose peer left) never makes.
@@ -198,6 +205,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     uint64_t deadline{0};
     bool done{false};
     Error error;
+    bool held() const { return false; }  // reads fill the user's memory only
     void reset() {
       deadline = 0;
       done = false;
