@@ -78,6 +78,9 @@ class ContextCore : public std::enable_shared_from_this<ContextCore> {
   const ContextOptions& options() const { return options_; }
   const Limits& limits() const { return options_.limits(); }
   caf::actor_system& system() { return *system_; }
+  // The thread every pipe of this Context runs on: what builds on pipes
+  // (a group's collectives) runs its own state there too, with no lock.
+  Loop& loop() { return *loop_; }
   // Set once close() began: new pipes and listeners fail with it.
   Error closedError() const;
 

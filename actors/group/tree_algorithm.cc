@@ -154,21 +154,21 @@ void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
   link.pipe->write(std::move(message), [weak, target, op, sent](const Error& error) {
     auto self = weak.lock();
     if (!self) return;
-    CallbackScope scope(*self);
-    --op->pendingWrites;
-    if (op->error) self->changed_.notify_all();
-    if (self->closing_) return;
-    if (error) {
-      // The peer may have failed the group and told us so on this link's
-      // other direction: when a descriptor is on its way, let it decide
-      // whom to blame (the abort notice, or the connection's end).
-      if (target->readingDescriptor) return;
-      self->failLink(*target, error);
-      return;
-    }
-    if (op != self->operation_) return;
-    if (sent && !op->error) sent();
-    self->checkFinished();
+    self->dispatch([self, target, op, sent, error] {
+      --op->pendingWrites;
+      if (self->closing_) return;
+      if (error) {
+        // The peer may have failed the group and told us so on this link's
+        // other direction: when a descriptor is on its way, let it decide
+        // whom to blame (the abort notice, or the connection's end).
+        if (target->readingDescriptor) return;
+        self->failLink(*target, error);
+        return;
+      }
+      if (op != self->operation_) return;
+      if (sent && !op->error) sent();
+      self->checkFinished();
+    });
   });
 }
 
@@ -248,12 +248,7 @@ void TreeCore::checkFinished() {
   const size_t needed = op.kind == Operation::Kind::kScatter ? 1 : op.chunks.size();
   const bool allIn = op.ring || op.halving ? op.ringReceived == op.ringExpected
                                            : op.chunksFinal == needed;
-  if (allIn && op.pendingWrites == 0) {
-    op.finished = true;
-    operationFinished_ = true;
-    handOver_ = true;
-    changed_.notify_all();
-  }
+  if (allIn && op.pendingWrites == 0) op.finished = true;  // afterEvent() ends the call
 }
 
 } // namespace actorpipe::group

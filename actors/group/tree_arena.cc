@@ -10,7 +10,6 @@ namespace actorpipe::group {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Lock = std::unique_lock<std::recursive_mutex>;
 
 size_t fromEnvironment(const char* name, size_t fallback) {
   const char* text = std::getenv(name);
@@ -39,59 +38,67 @@ ArenaOptions TreeCore::arenaOptions() const {
 }
 
 void TreeCore::adoptArena(std::unique_ptr<HostArena> arena, std::string note) {
-  Lock lock(mutex_);
   arena_ = std::move(arena);
   arenaNote_ = std::move(note);
-  if (arena_ && broken_) arena_->interrupt();
+  arenaView_.store(arena_.get());
+  // A failure on the loop before the store above did not interrupt it.
+  if (arena_ && brokenSet_.load()) arena_->interrupt();
 }
 
 Error TreeCore::allReduceOnArena(const std::vector<TensorView>& tensors, const Reduction& op,
                                  bool contributes, int* contributors) {
   std::lock_guard<std::mutex> oneAtATime(callers_);
   if (Error error = checkTensors("allReduce", tensors)) return error;
-  uint64_t call = 0;
-  {
-    Lock lock(mutex_);
-    for (auto& link : links_) {
-      if (link->departed && !broken_) {
-        fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
-      }
-    }
-    if (broken_) return broken_;
-    call = ++sequence_;
-    inCollective_ = call;
+  // The arena runs on this thread; what the loop knows of the group comes
+  // through atomics, and failures are handed to it (it tells the others).
+  const int departed = departedPeer_.load();
+  if (departed >= 0 && !brokenSet_.load()) {
+    call([this, departed] {
+      fail(ACTORPIPE_ERROR(RankFailedError, departed, "it left the group (closed its Tree)"));
+    });
   }
+  if (brokenSet_.load()) return broken_;
+  const uint64_t number = sequence_.load() + 1;
+  inCollective_.store(number);
+  sequence_.store(number);
   ArenaOutcome outcome;
   std::string thrown;
   try {
-    outcome = arena_->allReduce(tensors, op, contributes, call,
+    outcome = arena_->allReduce(tensors, op, contributes, number,
                                 Clock::now() + options.operationTimeout);
   } catch (const std::exception& e) {  // a custom reduction that threw
     thrown = e.what();
   }
-  Lock lock(mutex_);
+  inCollective_.store(0);
   if (thrown.empty() && outcome.status == ArenaOutcome::Status::kDone) {
-    endCollective();
+    // An abort notice about a later collective, deferred while this one
+    // ran, fails the group now (onDescriptor covers the other order).
+    if (deferred_.load()) {
+      dispatch([this] {
+        if (deferredAbort_) fail(deferredAbort_, deferredCollective_);
+      });
+    }
     if (contributors) *contributors = outcome.contributors;
     return Error::kSuccess;
   }
-  inCollective_ = 0;
-  const std::string at = "allReduce #" + std::to_string(call) + " at rank " +
+  const std::string at = "allReduce #" + std::to_string(number) + " at rank " +
                          std::to_string(info.rank);
+  Error error;
   if (!thrown.empty()) {
-    fail(ACTORPIPE_ERROR(LogicError, at + ": the reduction threw: " + thrown));
+    error = ACTORPIPE_ERROR(LogicError, at + ": the reduction threw: " + thrown);
   } else if (outcome.status == ArenaOutcome::Status::kTimedOut) {
-    fail(ACTORPIPE_ERROR(TimeoutError, at + " waited " +
-                                           std::to_string(options.operationTimeout.count()) +
-                                           " ms for rank(s) " + std::to_string(outcome.rank)));
+    error = ACTORPIPE_ERROR(TimeoutError, at + " waited " +
+                                              std::to_string(options.operationTimeout.count()) +
+                                              " ms for rank(s) " + std::to_string(outcome.rank));
   } else if (outcome.status == ArenaOutcome::Status::kMismatch) {
-    fail(ACTORPIPE_ERROR(LogicError,
-                         "rank " + std::to_string(outcome.rank) + " called allReduce #" +
-                             std::to_string(call) + " with tensors of other sizes, dtypes or " +
-                             "another reduction than rank " + std::to_string(info.rank) +
-                             ": ranks called different collectives"));
+    error = ACTORPIPE_ERROR(LogicError,
+                            "rank " + std::to_string(outcome.rank) + " called allReduce #" +
+                                std::to_string(number) + " with tensors of other sizes, dtypes or " +
+                                "another reduction than rank " + std::to_string(info.rank) +
+                                ": ranks called different collectives");
   }
-  return broken_ ? broken_ : ACTORPIPE_ERROR(ContextClosedError);
+  if (error) call([this, &error] { fail(error); });
+  return brokenSet_.load() ? broken_ : ACTORPIPE_ERROR(ContextClosedError);
 }
 
 } // namespace actorpipe::group

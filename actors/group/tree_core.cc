@@ -16,7 +16,6 @@ namespace actorpipe::group {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Lock = std::unique_lock<std::recursive_mutex>;
 
 // After a failure, how long a collective waits for reads and writes that
 // still point into the caller's tensors, before it closes every pipe to end
@@ -67,9 +66,85 @@ bool hostOversubscribed(const RankInfo& info) {
   return info.localSize > std::max(cpus, 1);
 }
 
-TreeCore::CallbackScope::~CallbackScope() {
-  lock.unlock();
+void Signal::raise(int level) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (level <= level_.load(std::memory_order_relaxed)) return;
+    level_.store(level, std::memory_order_release);
+  }
+  raised_.notify_all();
+}
+
+void Signal::waitFor(int level) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  raised_.wait(lock, [&] { return level_.load(std::memory_order_relaxed) >= level; });
+}
+
+bool Signal::waitFor(int level, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return raised_.wait_until(lock, deadline,
+                            [&] { return level_.load(std::memory_order_relaxed) >= level; });
+}
+
+TreeCore::Event::~Event() {
+  if (--core.depth_ > 0) return;
+  core.afterEvent();
   if (core.handOver_.exchange(false)) std::this_thread::yield();
+}
+
+void TreeCore::call(std::function<void()> handler) {
+  auto done = std::make_shared<Signal>();
+  dispatch([handler = std::move(handler), done] {
+    handler();
+    done->raise(1);
+  });
+  done->waitFor(1);
+}
+
+std::shared_ptr<Signal> TreeCore::when(std::function<bool()> ready) {
+  auto signal = std::make_shared<Signal>();
+  dispatch([this, ready = std::move(ready), signal]() mutable {
+    if (ready()) {
+      signal->raise(1);
+    } else {
+      waiters_.emplace_back(std::move(ready), signal);
+    }
+  });
+  return signal;
+}
+
+void TreeCore::afterEvent() {
+  ACTORPIPE_DCHECK(onLoop());
+  if (operation_) {
+    Operation& op = *operation_;
+    if (op.finished || (op.error && quiet(op))) {
+      // The call is over: the loop lets go of it before the caller wakes.
+      std::shared_ptr<Operation> over = std::move(operation_);
+      endCollective();
+      if (over->finished) handOver_ = true;
+      over->stage.raise(Operation::kOver);
+    } else if (op.error) {
+      op.stage.raise(Operation::kFailed);
+    }
+  }
+  for (size_t i = 0; i < waiters_.size();) {
+    if (waiters_[i].first()) {
+      waiters_[i].second->raise(1);
+      waiters_.erase(waiters_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void TreeCore::setBroken(Error error) {
+  ACTORPIPE_DCHECK(onLoop());
+  if (broken_) return;
+  broken_ = std::move(error);
+  brokenSet_.store(true);
+  // Seen by an arena call that set arenaView_ before: it is interrupted
+  // here; one that sets it after sees brokenSet_ (adoptArena).
+  if (HostArena* arena = arenaView_.load()) arena->interrupt();
 }
 
 TreeCore::TreeCore(RankInfo info_, TreeOptions options_)
@@ -94,6 +169,7 @@ Error TreeCore::start() {
                                           .name("rank " + std::to_string(info.rank))
                                           .pollWindow(pollWindow_)
                                           .secret(options.secret));
+  loop_ = &context_->core()->loop();
   DefaultBackends backends;
   backends.mptLanes = options.crossHostLanes;  // ranks on other hosts pick mpt
   backends.mptHost = info.address;
@@ -125,7 +201,7 @@ Error TreeCore::start() {
 // Children connect to their parent (the URL names TCP; same-host pairs then
 // move to shm) and introduce themselves; the parent waits for all of them.
 Error TreeCore::connectLinks(const std::vector<Member>& table) {
-  Lock lock(mutex_);
+  // The links are made here, before the loop sees any of them.
   if (me().parent >= 0) {
     auto link = std::make_unique<Link>();
     link->peer = me().parent;
@@ -201,100 +277,99 @@ Error TreeCore::connectLinks(const std::vector<Member>& table) {
       cube_.push_back(link);
     }
   }
-  lock.unlock();
 
+  // Accepted pipes introduce themselves; the listener's callbacks run on
+  // CAF's scheduler, so each accepted pipe is handed to the loop.
   std::weak_ptr<TreeCore> weak = shared_from_this();
   auto acceptNext = std::make_shared<std::function<void()>>();
   std::weak_ptr<std::function<void()>> again = acceptNext;
-  // Shared: the last accept() is still pending when this function returns.
-  auto acceptError = std::make_shared<Error>();
-  *acceptNext = [this, weak, again, acceptError]() {
-    listener_->accept([this, weak, again, acceptError](const Error& error,
-                                                       std::shared_ptr<Pipe> pipe) {
+  *acceptNext = [this, weak, again]() {
+    listener_->accept([this, weak, again](const Error& error, std::shared_ptr<Pipe> pipe) {
       auto self = weak.lock();
       if (!self) return;
       if (error) {
-        Lock lock(mutex_);
-        if (!*acceptError) *acceptError = error;
-        changed_.notify_all();
+        dispatch([this, error] {
+          if (!acceptError_) acceptError_ = error;
+        });
         return;
       }
-      pipe->readDescriptor([this, weak, pipe, acceptError](const Error& error, Descriptor descriptor) {
-        auto self = weak.lock();
-        if (!self || error) return;
-        pipe->read(Allocation{}, [](const Error&) {});
-        LinkFrame hello;
-        if (decode(descriptor.metadata, hello) || hello.kind != LinkFrame::Kind::kIntroduce) return;
-        const int rank = hello.rank;
-        Lock lock(mutex_);
-        Link* link = linkTo(rank);
-        using Role = LinkFrame::Role;
-        const bool expected = hello.role == Role::kTree   ? link && link->childIndex >= 0
-                              : hello.role == Role::kRing ? link && link->ringPrev && !link->toParent
-                                                          : link && link->cubeStep >= 0 && !link->toParent;
-        if (expected && !link->pipe) {
-          link->pipe = pipe;
-          changed_.notify_all();
-        } else if (expected) {
-          // The first claim stands; a second process that says it is the
-          // same rank (a stranger, or the rank started twice) is refused,
-          // and the group does not form.
-          const std::string reason =
-              "rank " + std::to_string(rank) + " was claimed twice: a second process said it is rank " +
-              std::to_string(rank) + " on a link to rank " + std::to_string(info.rank) +
-              " (a rank started twice, or a stranger; a group secret keeps strangers out, see "
-              "docs/security.md)";
-          Message refusal;
-          refusal.metadata = encode(LinkFrame::refuse(reason));
-          pipe->write(std::move(refusal), [pipe](const Error&) {});
-          if (!*acceptError) *acceptError = ACTORPIPE_ERROR(RendezvousError, reason);
-          changed_.notify_all();
-        }
+      dispatch([this, weak, pipe] {
+        pipe->readDescriptor([this, weak, pipe](const Error& error, Descriptor descriptor) {
+          auto self = weak.lock();
+          if (!self || error) return;
+          pipe->read(Allocation{}, [](const Error&) {});
+          LinkFrame hello;
+          if (decode(descriptor.metadata, hello) || hello.kind != LinkFrame::Kind::kIntroduce) return;
+          dispatch([this, pipe, hello] { onIntroduced(pipe, hello); });
+        });
       });
       if (auto next = again.lock()) (*next)();
     });
   };
   (*acceptNext)();
 
-  lock.lock();
-  auto linked = [&] {
+  auto linked = [this] {
     for (const auto& link : links_) {
       if (!link->pipe) return false;
     }
     return true;
   };
-  changed_.wait_until(lock, Clock::now() + options.rendezvousTimeout,
-                      [&] { return linked() || static_cast<bool>(*acceptError); });
-  if (!linked()) {
+  when([this, linked] { return linked() || static_cast<bool>(acceptError_); })
+      ->waitFor(1, Clock::now() + options.rendezvousTimeout);
+  Error error;
+  call([&] {
+    if (linked()) {
+      for (auto& link : links_) readNext(*link);
+      return;
+    }
     std::string missing;
     for (const auto& link : links_) {
       if (!link->pipe) missing += (missing.empty() ? "" : ", ") + std::to_string(link->peer);
     }
-    Error error = *acceptError ? *acceptError
-                              : ACTORPIPE_ERROR(RendezvousError,
-                                                "rank(s) " + missing + " never linked to rank " +
-                                                    std::to_string(info.rank));
-    acceptNext.reset();
-    return error;
-  }
+    error = acceptError_ ? acceptError_
+                         : ACTORPIPE_ERROR(RendezvousError, "rank(s) " + missing +
+                                                                " never linked to rank " +
+                                                                std::to_string(info.rank));
+  });
   acceptNext.reset();
+  if (error) return error;
   listener_->close();
-  for (auto& link : links_) readNext(*link);
-  lock.unlock();
   // The group is formed once every link's handshake is done (so links()
   // can say what each negotiated); a peer that died meanwhile shows up as
   // a failed link at the first collective.
   const auto deadline = Clock::now() + options.rendezvousTimeout;
-  auto broken = [&] {
-    Lock check(mutex_);
-    return static_cast<bool>(broken_);
-  };
   for (auto& link : links_) {
-    while (!link->pipe->info().established && !broken() && Clock::now() < deadline) {
+    while (!link->pipe->info().established && !brokenSet_.load() && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
   return Error::kSuccess;
+}
+
+// Loop: a pipe accepted while the group forms said which rank it is.
+void TreeCore::onIntroduced(const std::shared_ptr<Pipe>& pipe, const LinkFrame& hello) {
+  const int rank = hello.rank;
+  Link* link = linkTo(rank);
+  using Role = LinkFrame::Role;
+  const bool expected = hello.role == Role::kTree   ? link && link->childIndex >= 0
+                        : hello.role == Role::kRing ? link && link->ringPrev && !link->toParent
+                                                    : link && link->cubeStep >= 0 && !link->toParent;
+  if (expected && !link->pipe) {
+    link->pipe = pipe;
+  } else if (expected) {
+    // The first claim stands; a second process that says it is the
+    // same rank (a stranger, or the rank started twice) is refused,
+    // and the group does not form.
+    const std::string reason =
+        "rank " + std::to_string(rank) + " was claimed twice: a second process said it is rank " +
+        std::to_string(rank) + " on a link to rank " + std::to_string(info.rank) +
+        " (a rank started twice, or a stranger; a group secret keeps strangers out, see "
+        "docs/security.md)";
+    Message refusal;
+    refusal.metadata = encode(LinkFrame::refuse(reason));
+    pipe->write(std::move(refusal), [pipe](const Error&) {});
+    if (!acceptError_) acceptError_ = ACTORPIPE_ERROR(RendezvousError, reason);
+  }
 }
 
 Link* TreeCore::linkTo(int rank) {
@@ -304,8 +379,9 @@ Link* TreeCore::linkTo(int rank) {
   return nullptr;
 }
 
+// Any thread: reads only what start() fixed (roles, pipes) and the arena,
+// set before the group was handed out.
 std::vector<std::string> TreeCore::describeLinks() const {
-  Lock lock(mutex_);
   std::vector<std::string> lines;
   for (const auto& link : links_) {
     std::string line = (link->toParent             ? "parent "
@@ -329,53 +405,53 @@ std::vector<std::string> TreeCore::describeLinks() const {
   return lines;
 }
 
+// Caller's thread (Tree::close, or shutdown()).
 void TreeCore::close() {
-  Lock lock(mutex_);
-  if (closing_) return;
-  std::weak_ptr<TreeCore> weak = weak_from_this();  // empty when called by the destructor
-  if (!broken_ && context_ && !weak.expired()) {
+  if (closeAsked_.exchange(true)) return;
+  if (!context_) return;
+  // Empty inside the destructor: then nothing can be posted, only closed.
+  if (!weak_from_this().expired()) {
     // A neighbour that sees our connection end must know we left on purpose
     // (after our last collective), not that we died in one.
     auto remaining = std::make_shared<int>(0);
-    for (auto& link : links_) {
-      if (!link->pipe || link->departed) continue;
-      ++*remaining;
-      Message bye;
-      bye.metadata = encode(LinkFrame::bye());
-      link->pipe->write(std::move(bye), [weak, remaining](const Error&) {
-        auto self = weak.lock();
-        if (!self) return;
-        Lock lock(self->mutex_);
-        --*remaining;
-        self->changed_.notify_all();
-      });
+    dispatch([this, remaining] {
+      if (broken_) return;
+      std::weak_ptr<TreeCore> weak = weak_from_this();
+      for (auto& link : links_) {
+        if (!link->pipe || link->departed) continue;
+        ++*remaining;
+        Message bye;
+        bye.metadata = encode(LinkFrame::bye());
+        link->pipe->write(std::move(bye), [weak, remaining](const Error&) {
+          if (auto self = weak.lock()) self->dispatch([remaining] { --*remaining; });
+        });
+      }
+    });
+    when([remaining] { return *remaining == 0; })->waitFor(1, Clock::now() + kQuiesceGrace);
+    // A failed group's abort notices must leave before the pipes close, or a
+    // neighbour would only see our connection end and blame us.
+    when([this] { return abortsInFlight_ == 0; })->waitFor(1, Clock::now() + kQuiesceGrace);
+    if (brokenSet_.load()) {
+      // And linger a little: a neighbour still pulling a tensor from us, or
+      // whose write to us is pending, would see our end close before it reads
+      // the notice behind them, and blame us for the failure.
+      std::this_thread::sleep_for(kAbortLinger);
     }
-    changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return *remaining == 0; });
+    call([this] {
+      closing_ = true;
+      setBroken(ACTORPIPE_ERROR(ContextClosedError));
+      if (operation_ && !operation_->finished && !operation_->error) {
+        operation_->error = broken_;
+      }
+    });
   }
-  // A failed group's abort notices must leave before the pipes close, or a
-  // neighbour would only see our connection end and blame us.
-  changed_.wait_until(lock, Clock::now() + kQuiesceGrace, [&] { return abortsInFlight_ == 0; });
-  if (broken_ && !weak.expired()) {
-    // And linger a little: a neighbour still pulling a tensor from us, or
-    // whose write to us is pending, would see our end close before it reads
-    // the notice behind them, and blame us for the failure.
-    changed_.wait_until(lock, Clock::now() + kAbortLinger, [] { return false; });
-  }
-  closing_ = true;
-  if (!broken_) broken_ = ACTORPIPE_ERROR(ContextClosedError);
-  if (arena_) arena_->interrupt();
-  if (operation_ && !operation_->finished && !operation_->error) {
-    operation_->error = broken_;
-  }
-  operationFinished_ = true;
-  changed_.notify_all();
-  lock.unlock();
-  if (context_) context_->close();
+  context_->close();
 }
 
 // --- reading: one descriptor outstanding per link, always ------------------
 
 void TreeCore::readNext(Link& link) {
+  ACTORPIPE_DCHECK(onLoop());
   if (closing_ || link.departed || link.readingDescriptor || link.holdsDescriptor || link.readingData) return;
   link.readingDescriptor = true;
   std::weak_ptr<TreeCore> weak = shared_from_this();
@@ -383,8 +459,9 @@ void TreeCore::readNext(Link& link) {
   link.pipe->readDescriptor([weak, target](const Error& error, Descriptor descriptor) {
     auto self = weak.lock();
     if (!self) return;
-    CallbackScope scope(*self);
-    self->onDescriptor(*target, error, std::move(descriptor));
+    self->dispatch([self, target, error, descriptor = std::move(descriptor)]() mutable {
+      self->onDescriptor(*target, error, std::move(descriptor));
+    });
   });
 }
 
@@ -410,12 +487,18 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     // just behind this notice on another link. Fail once ours is over. (This
     // link has nothing more for ours: a message for it would have been read
     // before this notice.)
-    const uint64_t ours = inCollective_ != 0 ? inCollective_ : sequence_ + 1;
+    const uint64_t current = inCollective_.load();
+    const uint64_t ours = current != 0 ? current : sequence_.load() + 1;
     if (collective > ours) {
       if (!deferredAbort_) {
         deferredAbort_ = error;
         deferredCollective_ = collective;
       }
+      deferred_.store(true);
+      // An arena call that ended meanwhile, on the caller's thread, may
+      // have looked for deferred_ before it was set: end it here (one of
+      // the two sees the other's store).
+      if (current != 0 && inCollective_.load() != current) fail(deferredAbort_, deferredCollective_);
       return;
     }
     fail(error, collective);
@@ -427,6 +510,8 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
   }
   if (frame.kind == LinkFrame::Kind::kBye) {
     link.departed = true;  // and read no further: its end of the pipe is closing
+    int none = -1;
+    departedPeer_.compare_exchange_strong(none, link.peer);
     if (operation_ && !operation_->finished && link.consumed < expectedFrom(link)) {
       fail(ACTORPIPE_ERROR(RankFailedError, link.peer, "it left the group during a collective"));
     }
@@ -557,18 +642,17 @@ void TreeCore::consume(Link& link) {
   link.pipe->read(std::move(allocation), [weak, target, chunk, contributors](const Error& error) {
     auto self = weak.lock();
     if (!self) return;
-    CallbackScope scope(*self);
-    target->readingData = false;
-    // Only a failed collective waits for reads to end (see run()).
-    if (!self->operation_ || self->operation_->error) self->changed_.notify_all();
-    if (self->closing_) return;
-    if (error) {
-      self->failLink(*target, error);
-      return;
-    }
-    ++target->consumed;
-    self->readNext(*target);
-    self->onData(*target, chunk, contributors);
+    self->dispatch([self, target, chunk, contributors, error] {
+      target->readingData = false;
+      if (self->closing_) return;
+      if (error) {
+        self->failLink(*target, error);
+        return;
+      }
+      ++target->consumed;
+      self->readNext(*target);
+      self->onData(*target, chunk, contributors);
+    });
   });
 }
 
@@ -581,13 +665,11 @@ void TreeCore::failLink(Link& link, const Error& error) {
 }
 
 void TreeCore::fail(Error error, uint64_t collective) {
+  ACTORPIPE_DCHECK(onLoop());
   if (broken_) return;
-  broken_ = error;
-  if (arena_) arena_->interrupt();
-  sendAbort(error, std::max(collective, sequence_));
+  setBroken(error);
+  sendAbort(error, std::max(collective, sequence_.load()));
   if (operation_ && !operation_->finished && !operation_->error) operation_->error = error;
-  operationFinished_ = true;
-  changed_.notify_all();
 }
 
 // Tells every neighbour, so the news crosses the whole tree: each rank that
@@ -601,11 +683,7 @@ void TreeCore::sendAbort(const Error& error, uint64_t collective) {
     ++abortsInFlight_;
     std::weak_ptr<TreeCore> weak = weak_from_this();
     link->pipe->write(std::move(message), [weak](const Error&) {
-      auto self = weak.lock();
-      if (!self) return;
-      Lock lock(self->mutex_);
-      --self->abortsInFlight_;
-      self->changed_.notify_all();
+      if (auto self = weak.lock()) self->dispatch([self] { --self->abortsInFlight_; });
     });
   }
 }
@@ -617,10 +695,11 @@ bool TreeCore::readsInFlight() const {
   return false;
 }
 
-// Under the lock, when a collective returns: an abort notice it deferred
-// (about a later collective) now fails the group.
+// Loop, when a collective is over: an abort notice it deferred (about a
+// later collective) now fails the group.
 void TreeCore::endCollective() {
-  inCollective_ = 0;
+  ACTORPIPE_DCHECK(onLoop());
+  inCollective_.store(0);
   if (deferredAbort_) fail(deferredAbort_, deferredCollective_);
 }
 
@@ -637,10 +716,8 @@ Error TreeCore::checkTensors(const char* name, const std::vector<TensorView>& te
   return Error::kSuccess;
 }
 
-Error TreeCore::run(std::shared_ptr<Operation> operation) {
-  std::lock_guard<std::mutex> oneAtATime(callers_);
-  if (Error error = checkTensors(operation->name, operation->tensors)) return error;
-  Lock lock(mutex_);
+// Loop: a collective the caller asked for begins, unless the group broke.
+void TreeCore::startOperation(const std::shared_ptr<Operation>& operation) {
   for (auto& link : links_) {
     // A neighbour that left is an error only for collectives that need it
     // (a ring-only neighbour does not take part in a broadcast, say).
@@ -651,52 +728,57 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
       fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
     }
   }
-  if (broken_) return broken_;
-  operation->sequence = ++sequence_;
-  operationFinished_ = false;
+  if (broken_) {
+    operation->error = broken_;
+    operation->stage.raise(Operation::kOver);
+    return;
+  }
+  operation->sequence = sequence_.load() + 1;
+  inCollective_.store(operation->sequence);
+  sequence_.store(operation->sequence);
   for (auto& link : links_) link->consumed = 0;
   operation_ = operation;
-  inCollective_ = operation->sequence;
   begin();
-  lock.unlock();
+}
 
-  const auto spinUntil = Clock::now() + spinWindow(operation->totalBytes, pollWindow_);
-  while (!operationFinished_.load(std::memory_order_acquire) && Clock::now() < spinUntil) {
+// Loop: the caller waited operationTimeout for `operation`.
+void TreeCore::timeOut(const std::shared_ptr<Operation>& operation) {
+  if (operation_ != operation || operation->finished || operation->error) return;
+  std::string waitingFor;
+  for (const auto& link : links_) {
+    if (link->consumed < expectedFrom(*link)) {
+      waitingFor += (waitingFor.empty() ? "" : ", ") + std::to_string(link->peer);
+    }
+  }
+  fail(ACTORPIPE_ERROR(TimeoutError,
+                       std::string(operation->name) + " #" + std::to_string(operation->sequence) +
+                           " at rank " + std::to_string(info.rank) + " waited " +
+                           std::to_string(options.operationTimeout.count()) + " ms for rank(s) " +
+                           (waitingFor.empty() ? "?" : waitingFor)));
+}
+
+Error TreeCore::run(std::shared_ptr<Operation> operation) {
+  std::lock_guard<std::mutex> oneAtATime(callers_);
+  if (Error error = checkTensors(operation->name, operation->tensors)) return error;
+  Operation& op = *operation;
+  dispatch([this, operation] { startOperation(operation); });
+
+  const auto spinUntil = Clock::now() + spinWindow(op.totalBytes, pollWindow_);
+  while (op.stage.level() == Operation::kRunning && Clock::now() < spinUntil) {
     std::this_thread::yield();
   }
-
-  lock.lock();
-  const auto deadline = Clock::now() + options.operationTimeout;
-  Operation& op = *operation;
-  while (!op.finished && !op.error) {
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !op.finished &&
-        !op.error) {
-      std::string waitingFor;
-      for (const auto& link : links_) {
-        if (link->consumed < expectedFrom(*link)) {
-          waitingFor += (waitingFor.empty() ? "" : ", ") + std::to_string(link->peer);
-        }
-      }
-      fail(ACTORPIPE_ERROR(TimeoutError,
-                           std::string(op.name) + " #" + std::to_string(op.sequence) +
-                               " at rank " + std::to_string(info.rank) + " waited " +
-                               std::to_string(options.operationTimeout.count()) +
-                               " ms for rank(s) " + (waitingFor.empty() ? "?" : waitingFor)));
-    }
+  if (!op.stage.waitFor(Operation::kFailed, Clock::now() + options.operationTimeout)) {
+    dispatch([this, operation] { timeOut(operation); });
+    op.stage.waitFor(Operation::kFailed);
   }
-  if (op.error) {
+  if (op.stage.level() < Operation::kOver) {
     // Reads and writes may still point into the caller's tensors: let them end.
-    auto quiet = [&] { return op.pendingWrites == 0 && !readsInFlight(); };
-    if (!changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet)) {
-      lock.unlock();
+    if (!op.stage.waitFor(Operation::kOver, Clock::now() + kQuiesceGrace)) {
       context_->close();
-      lock.lock();
-      changed_.wait_until(lock, Clock::now() + kQuiesceGrace, quiet);
+      op.stage.waitFor(Operation::kOver, Clock::now() + kQuiesceGrace);
     }
   }
-  operation_.reset();
-  endCollective();
-  handOver_ = false;  // when begin() finished the call itself, nobody waits to be handed the CPU
+  handOver_ = false;  // when the call ended before we slept, nobody waits to be handed the CPU
   return op.error;
 }
 

@@ -2,11 +2,16 @@
 // The state behind a Tree: its Context, one link per tree neighbour, and the
 // collective in progress, driven by pipe callbacks.
 //
-// Threads: pipe callbacks run on the loop threads of the links' transports
-// (shm and tcp have one each), the caller waits on its own thread. One
-// recursive mutex guards everything; pipe calls are made while holding it
-// (they only post to the pipe's actor), and recursive because a pipe that
-// is already closed calls back at once, on the calling thread.
+// Threads: a TreeCore is an actor on its Context's loop, the thread every
+// pipe of the group already runs on. Its state is the loop's alone: pipe
+// callbacks arrive there, and the caller's thread hands work to it
+// (dispatch()) and then waits for what it asked (a Signal), never on a lock
+// that a network event needs. One event runs at a time; a pipe that calls
+// back at once, inside a call of ours, nests an event in the one that
+// called it (Event counts them: what ends a wait is looked at only when the
+// outermost one ends). The host arena's calls run on the caller's thread;
+// what they share with the loop (the collective's number, whether the group
+// broke) is atomic, and a failure they find is handed to the loop.
 //
 // Each link keeps one readDescriptor outstanding at all times, so a
 // neighbour's death or abort notice is seen even between collectives. A
@@ -18,10 +23,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <actorpipe/actors/detail/context_core.h>
 #include <actorpipe/actors/group/chunks.h>
 #include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/host_arena.h>
@@ -29,6 +36,8 @@
 #include <actorpipe/actors/group/rendezvous.h>
 #include <actorpipe/actors/group/tree.h>
 #include <actorpipe/runtime/context.h>
+#include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/listener.h>
 #include <actorpipe/runtime/message.h>
 #include <actorpipe/runtime/pipe.h>
@@ -53,6 +62,22 @@ inline Message::Tensor outgoing(void* data, size_t length) {
 // Whether this host runs more of the group's ranks than it has CPUs (then
 // nothing should poll or spin without yielding).
 bool hostOversubscribed(const RankInfo& info);
+
+// What a caller waits for: raised on the loop, waited for on the caller's
+// thread. Levels only grow.
+class Signal {
+ public:
+  void raise(int level);
+  int level() const { return level_.load(std::memory_order_acquire); }
+  void waitFor(int level);
+  // Whether `level` was reached by `deadline`.
+  bool waitFor(int level, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::atomic<int> level_{0};
+  std::mutex mutex_;
+  std::condition_variable raised_;
+};
 
 struct Link {
   int peer{-1};
@@ -135,25 +160,33 @@ struct Operation {
   int pendingWrites{0};
   bool finished{false};
   Error error;
+
+  // Where the caller's wait stands: the loop raises kFailed once `error` is
+  // set, kOver once nothing of the call is in flight any more (finished, or
+  // failed and every read and write into the caller's tensors ended).
+  enum Stage : int { kRunning = 0, kFailed = 1, kOver = 2 };
+  Signal stage;
 };
 
 class TreeCore : public std::enable_shared_from_this<TreeCore> {
  public:
-  // Holds the lock for a pipe callback. If the callback finished the
-  // collective, it then yields the CPU: the caller it woke usually shares
-  // this CPU (ranks are bound to one), and the loop thread would otherwise
+  // One event of the actor (see the top). When the outermost one ends, it
+  // settles what waits on the loop's state (afterEvent); if it finished
+  // the collective, it then yields the CPU: the caller it woke usually
+  // shares this CPU (ranks are bound to one), and the loop would otherwise
   // keep polling there for its whole window before the caller runs.
-  struct CallbackScope {
-    explicit CallbackScope(TreeCore& core) : core(core), lock(core.mutex_) {}
-    ~CallbackScope();
+  struct Event {
+    explicit Event(TreeCore& core) : core(core) { ++core.depth_; }
+    ~Event();
     TreeCore& core;
-    std::unique_lock<std::recursive_mutex> lock;
   };
 
   TreeCore(RankInfo info, TreeOptions options);
   ~TreeCore();
 
   Error start();
+  // Caller's thread: one collective, from start to the end of what it has
+  // in flight.
   Error run(std::shared_ptr<Operation> operation);
   // Whether an allReduce of `bytes` goes round the ring (same on every rank).
   bool useRing(size_t bytes) const;
@@ -171,6 +204,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool arenaPossible() const;  // the same on every rank: all on one host
   bool arenaWanted() const;    // this rank's own settings allow it
   ArenaOptions arenaOptions() const;
+  // Caller's thread, once, before any collective runs on the arena.
   void adoptArena(std::unique_ptr<HostArena> arena, std::string note);
   bool onArena() const { return arena_ != nullptr; }
   Error allReduceOnArena(const std::vector<TensorView>& tensors, const Reduction& op,
@@ -182,8 +216,46 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   std::vector<TreeNode> tree;
 
  private:
+  // Runs `handler` as an event of this actor: at once when called on the
+  // loop (or once the loop has finished: then nothing else runs events),
+  // else posted to the loop. Caller's thread or loop; `this` must be owned
+  // by a shared_ptr.
+  template <typename Handler>
+  void dispatch(Handler&& handler) {
+    detail::Loop& loop = *loop_;
+    if (loop.inLoop()) {
+      Event event(*this);
+      handler();
+      return;
+    }
+    std::shared_ptr<TreeCore> self = shared_from_this();
+    if (loop.postMade([&] {
+          return [self, handler = std::forward<Handler>(handler)]() mutable {
+            Event event(*self);
+            handler();
+          };
+        })) {
+      return;
+    }
+    Event event(*this);
+    handler();
+  }
+  // Caller's thread: runs `handler` on the loop and waits until it has.
+  void call(std::function<void()> handler);
+  // Caller's thread: a Signal raised to 1 once `ready()` holds on the loop
+  // (looked at after every event).
+  std::shared_ptr<Signal> when(std::function<bool()> ready);
+  // Loop: what the end of an event settles.
+  void afterEvent();
+  bool quiet(const Operation& op) const { return op.pendingWrites == 0 && !readsInFlight(); }
+  void startOperation(const std::shared_ptr<Operation>& operation);
+  void timeOut(const std::shared_ptr<Operation>& operation);
+  void setBroken(Error error);
+  bool onLoop() const { return loop_->ownsState(); }
+
   const TreeNode& me() const { return tree[info.rank]; }
   Error connectLinks(const std::vector<Member>& table);
+  void onIntroduced(const std::shared_ptr<Pipe>& pipe, const LinkFrame& hello);
   Error checkTensors(const char* name, const std::vector<TensorView>& tensors) const;
   void endCollective();
   void readNext(Link& link);
@@ -200,7 +272,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool ringReady() const { return ringNext_ != nullptr; }
   void descend(size_t chunk);
   void beginScatter();
-  // `sent` (if set) runs under the lock once the peer has the message.
+  // `sent` (if set) runs on the loop once the peer has the message.
   void write(Link& link, Message message, std::function<void()> sent = nullptr);
   void beginExchange();
   void beginDoubling();
@@ -221,29 +293,42 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void sendAbort(const Error& error, uint64_t collective);
 
   std::shared_ptr<Context> context_;
+  detail::Loop* loop_{nullptr};  // the Context's: lives as long as context_
   std::shared_ptr<Listener> listener_;
+  // Made on the caller's thread before the loop sees them; their roles and
+  // pipes never change after start(), the rest is the loop's.
   std::vector<std::unique_ptr<Link>> links_;  // parent first (if any), children in order, ring-only links
   Link* ringNext_{nullptr};
   Link* ringPrev_{nullptr};
   std::vector<Link*> cube_;  // partner per doubling step; empty when not used
-  mutable std::recursive_mutex mutex_;
-  std::condition_variable_any changed_;
-  std::mutex callers_;  // one collective at a time
-  std::shared_ptr<Operation> operation_;
-  std::atomic<bool> operationFinished_{false};
+  std::mutex callers_;  // one collective at a time (callers only: the loop never takes it)
+  int depth_{0};        // loop: events running (nested when a pipe calls back at once)
+  std::vector<std::pair<std::function<bool()>, std::shared_ptr<Signal>>> waiters_;  // loop
+  std::shared_ptr<Operation> operation_;  // loop
   std::atomic<bool> handOver_{false};
   std::atomic<bool> shutDown_{false};
-  uint64_t sequence_{0};
-  Error broken_;
-  bool closing_{false};
-  int abortsInFlight_{0};
+  std::atomic<bool> closeAsked_{false};
+  // The collective's number: the loop counts pipe collectives, the caller
+  // arena ones (callers_ and each call's end order them); the loop reads it
+  // for abort notices.
+  std::atomic<uint64_t> sequence_{0};
+  std::atomic<uint64_t> inCollective_{0};  // the collective this rank is in (0: none)
+  Error broken_;  // set once, on the loop, before brokenSet_
+  std::atomic<bool> brokenSet_{false};
+  std::atomic<int> departedPeer_{-1};  // a neighbour that said goodbye (the first)
+  bool closing_{false};  // loop
+  int abortsInFlight_{0};  // loop
+  Error acceptError_;      // loop, while links form
   bool rendezvousFileOwned_{false};
   std::chrono::microseconds pollWindow_{200};
   bool oneHost_{false};
-  uint64_t inCollective_{0};  // the collective this rank is in (0: none)
-  Error deferredAbort_;       // a later collective's failure, told while ours runs
+  Error deferredAbort_;       // loop: a later collective's failure, told while ours runs
   uint64_t deferredCollective_{0};
-  std::unique_ptr<HostArena> arena_;  // set once, before any collective runs on it
+  std::atomic<bool> deferred_{false};  // deferredAbort_ is set
+  // Owned by the caller's thread, set once before any collective runs on
+  // it; the loop sees it through arenaView_ (to interrupt it on failure).
+  std::unique_ptr<HostArena> arena_;
+  std::atomic<HostArena*> arenaView_{nullptr};
   std::string arenaNote_;
 };
 
