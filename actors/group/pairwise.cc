@@ -1,5 +1,7 @@
 // Algorithms where partners swap data and both compute the same expression:
 // the exchange (two ranks) and recursive doubling (power-of-two groups).
+#include <actorpipe/actors/group/algorithm.h>
+
 #include <actorpipe/actors/group/tree_core.h>
 
 #include <algorithm>
@@ -21,54 +23,94 @@ bool TreeCore::useExchange(size_t bytes) const {
   return !useRing(bytes);
 }
 
-void TreeCore::beginExchange() {
-  Operation& op = *operation_;
-  const size_t chunks = op.chunks.size();
-  op.exchangeSent.assign(chunks, 0);
-  op.exchangeReceived.assign(chunks, 0);
-  op.exchangeTheirs.assign(chunks, 0);
-  const int mine = op.contributes ? 1 : 0;
-  for (size_t c = 0; c < chunks && !op.error; ++c) {
-    write(*links_.front(), chunkMessage(c, mine, mine > 0), [this, c] {
-      operation_->exchangeSent[c] = 1;
-      settleExchange(c);
-    });
-  }
-}
+namespace {
 
-void TreeCore::settleExchange(size_t chunk) {
-  Operation& op = *operation_;
-  if (!op.exchangeSent[chunk] || !op.exchangeReceived[chunk] || op.error) return;
-  const int mine = op.contributes ? 1 : 0;
-  const int theirs = op.exchangeTheirs[chunk];
-  const bool first = info.rank == 0;  // whose data is the accumulator
-  uint8_t* scratch = links_.front()->scratch.get();
-  try {
-    for (const auto& segment : op.chunks[chunk].segments) {
-      const TensorView& tensor = op.tensors[segment.tensor];
-      uint8_t* own = bytesOf(tensor) + segment.offset;
-      uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
-      if (theirs > 0 && mine == 0) {
-        std::memcpy(own, other, segment.length);
-      } else if (theirs > 0 && first) {
-        op.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
-      } else if (theirs > 0) {
-        op.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
-        std::memcpy(own, other, segment.length);
-      }
-      TensorView result = slice(tensor, segment, own);
-      if (mine + theirs == 0) {
-        op.reduction->fillIdentity(result);
-      } else {
-        op.reduction->finish(result, mine + theirs);
-      }
+// Messages are numbered by chunk, in order, on the one link.
+class Exchange final : public Algorithm {
+ public:
+  using Algorithm::Algorithm;
+
+  void begin() override {
+    const size_t chunks = op_.chunks.size();
+    sent_.assign(chunks, 0);
+    received_.assign(chunks, 0);
+    theirs_.assign(chunks, 0);
+    const int mine = op_.contributes ? 1 : 0;
+    for (size_t c = 0; c < chunks && !op_.error; ++c) {
+      write(peer(), chunkMessage(c, mine, mine > 0), [this, c] {
+        sent_[c] = 1;
+        settle(c);
+      });
     }
-  } catch (const std::exception& e) {
-    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
-    return;
   }
-  op.contributors = mine + theirs;
-  ++op.chunksFinal;
+
+  bool involves(const Link& link) const override { return link.toParent || link.childIndex >= 0; }
+  size_t expectedFrom(const Link& link) const override {
+    return involves(link) ? op_.chunks.size() : 0;
+  }
+  bool accepts(const Link& link, uint64_t index) const override { return index == link.consumed; }
+
+  void land(Link& link, uint64_t index, int contributors, Landing& landing) override {
+    if (contributors > 0) landChunk(link, index, false, landing);
+  }
+
+  void onData(Link&, uint64_t chunk, int contributors) override {
+    received_[chunk] = 1;
+    theirs_[chunk] = contributors;
+    settle(chunk);
+  }
+
+  bool allIn() const override { return final_ == op_.chunks.size(); }
+
+ private:
+  Link& peer() const { return *links().front(); }
+
+  // Once ours left (the peer has pulled it: our memory is ours again) and
+  // theirs is in.
+  void settle(size_t chunk) {
+    if (!sent_[chunk] || !received_[chunk] || op_.error) return;
+    const int mine = op_.contributes ? 1 : 0;
+    const int theirs = theirs_[chunk];
+    const bool first = info().rank == 0;  // whose data is the accumulator
+    uint8_t* scratch = peer().scratch.get();
+    try {
+      for (const auto& segment : op_.chunks[chunk].segments) {
+        const TensorView& tensor = op_.tensors[segment.tensor];
+        uint8_t* own = bytesOf(tensor) + segment.offset;
+        uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
+        if (theirs > 0 && mine == 0) {
+          std::memcpy(own, other, segment.length);
+        } else if (theirs > 0 && first) {
+          op_.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
+        } else if (theirs > 0) {
+          op_.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
+          std::memcpy(own, other, segment.length);
+        }
+        TensorView result = slice(tensor, segment, own);
+        if (mine + theirs == 0) {
+          op_.reduction->fillIdentity(result);
+        } else {
+          op_.reduction->finish(result, mine + theirs);
+        }
+      }
+    } catch (const std::exception& e) {
+      reductionFailed(e);
+      return;
+    }
+    op_.contributors = mine + theirs;
+    ++final_;
+  }
+
+  std::vector<char> sent_;
+  std::vector<char> received_;
+  std::vector<int> theirs_;
+  size_t final_{0};
+};
+
+} // namespace
+
+std::unique_ptr<Algorithm> makeExchange(TreeCore& core, Operation& op) {
+  return std::make_unique<Exchange>(core, op);
 }
 
 // --- recursive doubling (power-of-two ranks on one host, small calls) -------
@@ -85,71 +127,99 @@ bool TreeCore::useDoubling(size_t bytes, size_t chunks) const {
   return plan.doubling && !cube_.empty() && chunks == 1 && bytes <= plan.doublingThreshold;
 }
 
-void TreeCore::beginDoubling() {
-  Operation& op = *operation_;
-  const size_t steps = cube_.size();
-  op.cubeSent.assign(steps, 0);
-  op.cubeReceived.assign(steps, 0);
-  op.cubeTheirs.assign(steps, 0);
-  op.cubeAt = 0;
-  op.cubeCount = op.contributes ? 1 : 0;
-  sendCube(0);
-}
+namespace {
 
-void TreeCore::sendCube(size_t step) {
-  Operation& op = *operation_;
-  Message message = chunkMessage(0, op.cubeCount, op.cubeCount > 0);
-  message.metadata = encode(LinkFrame::data(op.sequence, step, op.cubeCount));
-  write(*cube_[step], std::move(message), [this, step] {
-    operation_->cubeSent[step] = 1;
-    advanceCube();
-  });
-}
+// One chunk; the message of step k, numbered k, comes from partner k.
+class Doubling final : public Algorithm {
+ public:
+  using Algorithm::Algorithm;
 
-void TreeCore::advanceCube() {
-  Operation& op = *operation_;
-  const size_t steps = cube_.size();
-  while (!op.error && op.cubeAt < steps && op.cubeSent[op.cubeAt] && op.cubeReceived[op.cubeAt]) {
-    const size_t step = op.cubeAt;
-    const int theirs = op.cubeTheirs[step];
-    const bool lower = (info.rank & (1 << step)) == 0;  // our block comes first
-    uint8_t* scratch = cube_[step]->scratch.get();
-    try {
-      for (const auto& segment : op.chunks[0].segments) {
-        const TensorView& tensor = op.tensors[segment.tensor];
-        uint8_t* own = bytesOf(tensor) + segment.offset;
-        uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
-        if (theirs == 0) continue;
-        if (op.cubeCount == 0) {
-          std::memcpy(own, other, segment.length);
-        } else if (lower) {
-          op.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
-        } else {
-          op.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
-          std::memcpy(own, other, segment.length);
-        }
-      }
-      op.cubeCount += theirs;
-      ++op.cubeAt;
-      if (op.cubeAt == steps) {
-        for (const auto& segment : op.chunks[0].segments) {
-          const TensorView& tensor = op.tensors[segment.tensor];
-          TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
-          if (op.cubeCount == 0) {
-            op.reduction->fillIdentity(result);
+  void begin() override {
+    const size_t steps = cube().size();
+    sent_.assign(steps, 0);
+    received_.assign(steps, 0);
+    theirs_.assign(steps, 0);
+    count_ = op_.contributes ? 1 : 0;
+    send(0);
+  }
+
+  bool involves(const Link& link) const override { return link.cubeStep >= 0; }
+  size_t expectedFrom(const Link& link) const override { return link.cubeStep >= 0 ? 1 : 0; }
+  bool accepts(const Link& link, uint64_t index) const override {
+    return index == static_cast<uint64_t>(link.cubeStep);
+  }
+
+  void land(Link& link, uint64_t, int contributors, Landing& landing) override {
+    if (contributors > 0) landChunk(link, 0, false, landing);
+  }
+
+  void onData(Link&, uint64_t step, int contributors) override {
+    received_[step] = 1;
+    theirs_[step] = contributors;
+    advance();
+  }
+
+  bool allIn() const override { return done_; }
+
+ private:
+  void send(size_t step) {
+    Message message = chunkMessage(0, count_, count_ > 0);
+    message.metadata = encode(LinkFrame::data(op_.sequence, step, count_));
+    write(*cube()[step], std::move(message), [this, step] {
+      sent_[step] = 1;
+      advance();
+    });
+  }
+
+  void advance() {
+    const size_t steps = cube().size();
+    while (!op_.error && at_ < steps && sent_[at_] && received_[at_]) {
+      const size_t step = at_;
+      const int theirs = theirs_[step];
+      const bool lower = (info().rank & (1 << step)) == 0;  // our block comes first
+      uint8_t* scratch = cube()[step]->scratch.get();
+      try {
+        for (const auto& segment : op_.chunks[0].segments) {
+          const TensorView& tensor = op_.tensors[segment.tensor];
+          uint8_t* own = bytesOf(tensor) + segment.offset;
+          uint8_t* other = theirs > 0 ? scratch + segment.packed : nullptr;
+          if (theirs == 0) continue;
+          if (count_ == 0) {
+            std::memcpy(own, other, segment.length);
+          } else if (lower) {
+            op_.reduction->apply(slice(tensor, segment, own), slice(tensor, segment, other));
           } else {
-            op.reduction->finish(result, op.cubeCount);
+            op_.reduction->apply(slice(tensor, segment, other), slice(tensor, segment, own));
+            std::memcpy(own, other, segment.length);
           }
         }
-        op.contributors = op.cubeCount;
-        op.chunksFinal = 1;
+        count_ += theirs;
+        ++at_;
+        if (at_ == steps) {
+          finishChunk(0, count_);
+          done_ = true;
+        }
+      } catch (const std::exception& e) {
+        reductionFailed(e);
+        return;
       }
-    } catch (const std::exception& e) {
-      fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
-      return;
+      if (at_ < steps) send(at_);
     }
-    if (op.cubeAt < steps) sendCube(op.cubeAt);
   }
+
+  // Per step: whether our send is done and the partner's data is in.
+  std::vector<char> sent_;
+  std::vector<char> received_;
+  std::vector<int> theirs_;
+  size_t at_{0};
+  int count_{0};  // contributors in our partial result
+  bool done_{false};
+};
+
+} // namespace
+
+std::unique_ptr<Algorithm> makeDoubling(TreeCore& core, Operation& op) {
+  return std::make_unique<Doubling>(core, op);
 }
 
 } // namespace actorpipe::group

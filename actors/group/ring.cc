@@ -1,3 +1,5 @@
+#include <actorpipe/actors/group/algorithm.h>
+
 #include <actorpipe/actors/group/tree_core.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@ namespace actorpipe::group {
 // every rank, as with the tree (each value is computed by one rank only).
 
 bool TreeCore::useRing(size_t bytes) const {
-  return plan.ring && ringReady() && bytes >= plan.ringThreshold;
+  return plan.ring && ringNext_ != nullptr && bytes >= plan.ringThreshold;
 }
 
 size_t TreeCore::ringChunkBytes(size_t bytes) const {
@@ -34,91 +36,117 @@ size_t TreeCore::ringChunkBytes(size_t bytes) const {
   return std::max<size_t>(8, (bytes + n * perSegment - 1) / (n * perSegment));
 }
 
-void TreeCore::beginRing() {
-  Operation& op = *operation_;
-  const size_t n = static_cast<size_t>(info.worldSize);
-  const size_t chunks = op.chunks.size();
-  const size_t mine = static_cast<size_t>(info.rank);
-  op.segmentOf.resize(chunks);
-  size_t inMine = 0, inFinal = 0;
-  for (size_t c = 0; c < chunks; ++c) {
-    op.segmentOf[c] = static_cast<int>(c * n / chunks);
-    inMine += op.segmentOf[c] == static_cast<int>(mine);
-    inFinal += op.segmentOf[c] == static_cast<int>((mine + 1) % n);
-  }
-  // Reduce-scatter brings every segment but ours, all-gather every final
-  // segment but the one we finish.
-  op.ringExpected = (chunks - inMine) + (chunks - inFinal);
-  const int contributors = op.contributes ? 1 : 0;
-  for (size_t c = 0; c < chunks; ++c) {
-    if (op.segmentOf[c] == static_cast<int>(mine)) sendRing(0, c, contributors);
-  }
-}
+namespace {
 
-void TreeCore::sendRing(size_t step, size_t chunk, int contributors) {
-  const Operation& op = *operation_;
-  // Partial sums without any contribution travel empty; final values always.
-  const bool gathering = step + 1 >= static_cast<size_t>(info.worldSize);
-  Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
-  message.metadata = encode(LinkFrame::data(op.sequence, step * op.chunks.size() + chunk, contributors));
-  write(*ringNext_, std::move(message));
-}
+// Messages are numbered step * chunks + chunk.
+class Ring final : public Algorithm {
+ public:
+  using Algorithm::Algorithm;
 
-void TreeCore::onRingData(size_t index, int contributors) {
-  Operation& op = *operation_;
-  const size_t n = static_cast<size_t>(info.worldSize);
-  const size_t chunks = op.chunks.size();
-  const size_t step = index / chunks;
-  const size_t chunk = index % chunks;
-  const size_t r = static_cast<size_t>(info.rank);
-  // Which segment this step must bring: a check that both ends agree.
-  const size_t expectedSegment =
-      step + 1 < n ? (r + 2 * n - step - 1) % n : (r + 2 * n - (step - (n - 1))) % n;
-  if (static_cast<size_t>(op.segmentOf[chunk]) != expectedSegment) {
-    fail(ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(ringPrev_->peer) +
-                                         " sent chunk " + std::to_string(chunk) + " at ring step " +
-                                         std::to_string(step) + ": ranks disagree on the ring"));
-    return;
-  }
-  ++op.ringReceived;
-  if (step + 1 >= n) {  // all-gather: the final bytes are in place
-    op.contributors = contributors;
-    if (step + 1 < 2 * n - 2) sendRing(step + 1, chunk, contributors);
-    return;
-  }
-  int count = op.contributes ? 1 : 0;
-  try {
-    for (const auto& segment : op.chunks[chunk].segments) {
-      const TensorView& tensor = op.tensors[segment.tensor];
-      uint8_t* mine = bytesOf(tensor) + segment.offset;
-      uint8_t* incoming = ringPrev_->scratch.get() + segment.packed;
-      if (contributors == 0) break;
-      if (count == 0) {
-        std::memcpy(mine, incoming, segment.length);
-      } else {
-        op.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
-      }
+  void begin() override {
+    const size_t n = static_cast<size_t>(info().worldSize);
+    const size_t chunks = op_.chunks.size();
+    const size_t mine = static_cast<size_t>(info().rank);
+    segmentOf_.resize(chunks);
+    size_t inMine = 0, inFinal = 0;
+    for (size_t c = 0; c < chunks; ++c) {
+      segmentOf_[c] = static_cast<int>(c * n / chunks);
+      inMine += segmentOf_[c] == static_cast<int>(mine);
+      inFinal += segmentOf_[c] == static_cast<int>((mine + 1) % n);
     }
-    count += contributors;
-    if (step + 2 == n) {  // this rank finishes the chunk
-      for (const auto& segment : op.chunks[chunk].segments) {
-        const TensorView& tensor = op.tensors[segment.tensor];
-        TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
-        if (count == 0) {
-          op.reduction->fillIdentity(result);
-        } else {
-          op.reduction->finish(result, count);
-        }
-      }
-      op.contributors = count;
-      sendRing(step + 1, chunk, count);
+    // Reduce-scatter brings every segment but ours, all-gather every final
+    // segment but the one we finish.
+    expected_ = (chunks - inMine) + (chunks - inFinal);
+    const int contributors = op_.contributes ? 1 : 0;
+    for (size_t c = 0; c < chunks; ++c) {
+      if (segmentOf_[c] == static_cast<int>(mine)) send(0, c, contributors);
+    }
+  }
+
+  bool involves(const Link& link) const override { return link.ringNext || link.ringPrev; }
+  size_t expectedFrom(const Link& link) const override { return link.ringPrev ? expected_ : 0; }
+
+  // Messages may overtake each other across steps.
+  bool accepts(const Link&, uint64_t index) const override {
+    const size_t steps = 2 * static_cast<size_t>(info().worldSize) - 2;
+    return index < steps * op_.chunks.size();
+  }
+
+  void land(Link& link, uint64_t index, int contributors, Landing& landing) override {
+    const size_t chunks = op_.chunks.size();
+    const size_t step = index / chunks;
+    const size_t c = index % chunks;
+    const bool gathering = step + 1 >= static_cast<size_t>(info().worldSize);
+    if (gathering || contributors > 0) landChunk(link, c, gathering, landing);
+  }
+
+  void onData(Link&, uint64_t index, int contributors) override {
+    const size_t n = static_cast<size_t>(info().worldSize);
+    const size_t chunks = op_.chunks.size();
+    const size_t step = index / chunks;
+    const size_t chunk = index % chunks;
+    const size_t r = static_cast<size_t>(info().rank);
+    // Which segment this step must bring: a check that both ends agree.
+    const size_t expectedSegment =
+        step + 1 < n ? (r + 2 * n - step - 1) % n : (r + 2 * n - (step - (n - 1))) % n;
+    if (static_cast<size_t>(segmentOf_[chunk]) != expectedSegment) {
+      fail(ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(ringPrev().peer) +
+                                           " sent chunk " + std::to_string(chunk) + " at ring step " +
+                                           std::to_string(step) + ": ranks disagree on the ring"));
       return;
     }
-  } catch (const std::exception& e) {
-    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
-    return;
+    ++received_;
+    if (step + 1 >= n) {  // all-gather: the final bytes are in place
+      op_.contributors = contributors;
+      if (step + 1 < 2 * n - 2) send(step + 1, chunk, contributors);
+      return;
+    }
+    int count = op_.contributes ? 1 : 0;
+    try {
+      for (const auto& segment : op_.chunks[chunk].segments) {
+        const TensorView& tensor = op_.tensors[segment.tensor];
+        uint8_t* mine = bytesOf(tensor) + segment.offset;
+        uint8_t* incoming = ringPrev().scratch.get() + segment.packed;
+        if (contributors == 0) break;
+        if (count == 0) {
+          std::memcpy(mine, incoming, segment.length);
+        } else {
+          op_.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
+        }
+      }
+      count += contributors;
+      if (step + 2 == n) {  // this rank finishes the chunk
+        finishChunk(chunk, count);
+        send(step + 1, chunk, count);
+        return;
+      }
+    } catch (const std::exception& e) {
+      reductionFailed(e);
+      return;
+    }
+    send(step + 1, chunk, count);
   }
-  sendRing(step + 1, chunk, count);
+
+  bool allIn() const override { return received_ == expected_; }
+
+ private:
+  void send(size_t step, size_t chunk, int contributors) {
+    // Partial sums without any contribution travel empty; final values always.
+    const bool gathering = step + 1 >= static_cast<size_t>(info().worldSize);
+    Message message = chunkMessage(chunk, contributors, gathering || contributors > 0);
+    message.metadata = encode(LinkFrame::data(op_.sequence, step * op_.chunks.size() + chunk, contributors));
+    write(ringNext(), std::move(message));
+  }
+
+  std::vector<int> segmentOf_;  // chunk -> segment
+  size_t expected_{0};          // messages from the ring's previous rank
+  size_t received_{0};
+};
+
+} // namespace
+
+std::unique_ptr<Algorithm> makeRing(TreeCore& core, Operation& op) {
+  return std::make_unique<Ring>(core, op);
 }
 
 } // namespace actorpipe::group

@@ -155,17 +155,16 @@ Error Tree::allReduce(const std::vector<TensorView>& tensors, const Reduction& o
   if (core_->useRing(total)) {
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->ringChunkBytes(total));
-    operation->ring = true;
     // Power-of-two groups: recursive halving, fewer steps for the same bytes.
-    if (core_->useHalving(total)) {
-      operation->ring = false;
-      operation->halving = true;
-    }
+    operation->route = core_->useHalving(total) ? Operation::Route::kHalving : Operation::Route::kRing;
   } else {
     operation = allReduceOf(tensors, op, contribution == Contribution::kData,
                             core_->plan.chunkBytes);
-    operation->exchange = core_->useExchange(total);
-    operation->doubling = !operation->exchange && core_->useDoubling(total, operation->chunks.size());
+    if (core_->useExchange(total)) {
+      operation->route = Operation::Route::kExchange;
+    } else if (core_->useDoubling(total, operation->chunks.size())) {
+      operation->route = Operation::Route::kDoubling;
+    }
   }
   Error error = core_->run(operation);
   if (!error && contributors) *contributors = operation->contributors;

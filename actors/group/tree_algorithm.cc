@@ -1,7 +1,8 @@
-// The tree's steps (contributions climb to rank 0, results descend;
-// broadcast and scatter only descend), and what every algorithm shares:
-// begin() picks the algorithm's first step, write() counts what is in
-// flight, checkFinished() says when a call is done.
+// What every algorithm shares (algorithm.h), the tree's own steps (an
+// all-reduce's contributions climb to rank 0 and results descend; broadcast
+// and scatter only descend), and when a call is done.
+#include <actorpipe/actors/group/algorithm.h>
+
 #include <actorpipe/actors/group/tree_core.h>
 
 #include <algorithm>
@@ -12,128 +13,62 @@
 
 namespace actorpipe::group {
 
-// --- the collectives' steps -------------------------------------------------
+// --- what the algorithms share ----------------------------------------------
 
-void TreeCore::onData(Link& link, size_t chunk, int contributors) {
-  if (!operation_ || operation_->error) return;
-  Operation& op = *operation_;
-  if (op.ring) {
-    onRingData(chunk, contributors);
-    checkFinished();
-    return;
-  }
-  if (op.halving) {
-    onHalvingData(link, chunk, contributors);
-    checkFinished();
-    return;
-  }
-  if (op.doubling) {
-    op.cubeReceived[chunk] = 1;
-    op.cubeTheirs[chunk] = contributors;
-    advanceCube();
-    checkFinished();
-    return;
-  }
-  if (op.exchange) {
-    op.exchangeReceived[chunk] = 1;
-    op.exchangeTheirs[chunk] = contributors;
-    settleExchange(chunk);
-    checkFinished();
-    return;
-  }
-  switch (op.kind) {
-    case Operation::Kind::kAllReduce:
-      if (!link.toParent) {
-        ++op.childrenDelivered[chunk];
-        op.childContributors[link.childIndex][chunk] = contributors;
-        const int children = static_cast<int>(me().children.size());
-        while (!op.error && op.chunksClimbed < op.chunks.size() &&
-               op.childrenDelivered[op.chunksClimbed] == children) {
-          climb(op.chunksClimbed++);
-        }
-      } else {
-        op.contributors = contributors;
-        descend(chunk);
-        ++op.chunksFinal;
-      }
-      break;
-    case Operation::Kind::kBroadcast:
-      descend(chunk);
-      ++op.chunksFinal;
-      break;
-    case Operation::Kind::kScatter: {
-      const size_t share = op.tensors[0].bytes();
-      for (auto& child : links_) {
-        if (child->childIndex < 0) continue;
-        Message message;
-        message.metadata = encode(LinkFrame::data(op.sequence, 0, 0));
-        for (int rank : subtreeOf(tree, child->peer)) {
-          size_t index = 0;
-          while (op.subtree[index] != rank) ++index;
-          message.tensors.push_back(outgoing(link.scratch.get() + (index - 1) * share, share));
-        }
-        write(*child, std::move(message));
-      }
-      ++op.chunksFinal;
-      break;
-    }
-  }
-  checkFinished();
+const RankInfo& Algorithm::info() const { return core_.info; }
+const TreeNode& Algorithm::me() const { return core_.me(); }
+const std::vector<TreeNode>& Algorithm::tree() const { return core_.tree; }
+const std::vector<std::unique_ptr<Link>>& Algorithm::links() const { return core_.links_; }
+Link& Algorithm::ringNext() const { return *core_.ringNext_; }
+Link& Algorithm::ringPrev() const { return *core_.ringPrev_; }
+const std::vector<Link*>& Algorithm::cube() const { return core_.cube_; }
+
+void Algorithm::write(Link& link, Message message, std::function<void()> sent) {
+  core_.write(link, std::move(message), std::move(sent));
 }
 
-// This rank's data for `chunk`, combined with its children's in child order,
-// goes up (or, at the root, becomes the result and goes down).
-void TreeCore::climb(size_t chunk) {
-  Operation& op = *operation_;
-  int contributors = op.contributes ? 1 : 0;
-  try {
-    for (const auto& link : links_) {
-      if (link->childIndex < 0) continue;
-      const int theirs = op.childContributors[link->childIndex][chunk];
-      if (theirs == 0) continue;
-      for (const auto& segment : op.chunks[chunk].segments) {
-        const TensorView& tensor = op.tensors[segment.tensor];
-        uint8_t* mine = bytesOf(tensor) + segment.offset;
-        uint8_t* incoming = link->scratch.get() + segment.packed;
-        if (contributors == 0) {
-          std::memcpy(mine, incoming, segment.length);
-        } else {
-          op.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
-        }
-      }
-      contributors += theirs;
+Message Algorithm::chunkMessage(size_t chunk, int contributors, bool withTensors) const {
+  return core_.chunkMessage(chunk, contributors, withTensors);
+}
+
+void Algorithm::fail(Error error) { core_.fail(std::move(error)); }
+
+void Algorithm::reductionFailed(const std::exception& e) {
+  fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+}
+
+void Algorithm::finishChunk(size_t chunk, int contributors) {
+  for (const auto& segment : op_.chunks[chunk].segments) {
+    const TensorView& tensor = op_.tensors[segment.tensor];
+    TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
+    if (contributors == 0) {
+      op_.reduction->fillIdentity(result);
+    } else {
+      op_.reduction->finish(result, contributors);
     }
-    if (me().parent < 0) {
-      for (const auto& segment : op.chunks[chunk].segments) {
-        const TensorView& tensor = op.tensors[segment.tensor];
-        TensorView result = slice(tensor, segment, bytesOf(tensor) + segment.offset);
-        if (contributors == 0) {
-          op.reduction->fillIdentity(result);
-        } else {
-          op.reduction->finish(result, contributors);
-        }
-      }
-    }
-  } catch (const std::exception& e) {
-    fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
-    return;
   }
-  if (me().parent < 0) {
-    op.contributors = contributors;
-    descend(chunk);
-    ++op.chunksFinal;
-  } else {
-    write(*links_.front(), chunkMessage(chunk, contributors, contributors > 0));
+  op_.contributors = contributors;
+}
+
+uint8_t* Algorithm::scratch(Link& link, size_t bytes) {
+  bytes = std::max(bytes, op_.scratchBytes);
+  if (link.scratchBytes < bytes) {
+    link.scratch.reset(new uint8_t[bytes]);
+    link.scratchBytes = bytes;
+  }
+  return link.scratch.get();
+}
+
+void Algorithm::landChunk(Link& link, size_t chunk, bool inPlace, Landing& landing) {
+  uint8_t* packed = inPlace ? nullptr : scratch(link, op_.totalBytes);
+  for (const auto& segment : op_.chunks[chunk].segments) {
+    landing.add(inPlace ? bytesOf(op_.tensors[segment.tensor]) + segment.offset
+                        : packed + segment.packed,
+                segment.length);
   }
 }
 
-void TreeCore::descend(size_t chunk) {
-  for (auto& link : links_) {
-    if (link->childIndex >= 0) write(*link, chunkMessage(chunk, operation_->contributors, true));
-  }
-}
-
-Message TreeCore::chunkMessage(size_t chunk, int contributors, bool withTensors) {
+Message TreeCore::chunkMessage(size_t chunk, int contributors, bool withTensors) const {
   const Operation& op = *operation_;
   Message message;
   message.metadata = encode(LinkFrame::data(op.sequence, chunk, contributors));
@@ -172,83 +107,197 @@ void TreeCore::write(Link& link, Message message, std::function<void()> sent) {
   });
 }
 
-void TreeCore::begin() {
-  Operation& op = *operation_;
-  const size_t chunks = op.chunks.size();
-  if (op.ring || op.exchange || op.doubling || op.halving) {
-    if (op.halving) {
-      beginHalving();
-    } else if (op.ring) {
-      beginRing();
-    } else if (op.exchange) {
-      beginExchange();
-    } else {
-      beginDoubling();
-    }
-    for (auto& link : links_) pump(*link);
-    checkFinished();
-    return;
-  }
-  switch (op.kind) {
-    case Operation::Kind::kAllReduce:
-      op.childrenDelivered.assign(chunks, 0);
-      op.childContributors.assign(me().children.size(), std::vector<int>(chunks, 0));
-      if (me().children.empty()) {
-        while (!op.error && op.chunksClimbed < chunks) climb(op.chunksClimbed++);
-      }
-      break;
-    case Operation::Kind::kBroadcast:
-      if (me().parent < 0) {
-        for (size_t c = 0; c < chunks; ++c) descend(c);
-        op.chunksFinal = chunks;
-      }
-      break;
-    case Operation::Kind::kScatter:
-      beginScatter();
-      break;
-  }
-  for (auto& link : links_) pump(*link);
-  checkFinished();
-}
-
-void TreeCore::beginScatter() {
-  Operation& op = *operation_;
-  op.subtree = subtreeOf(tree, info.rank);
-  if (me().parent >= 0) return;  // waits for its share from the parent
-  const TensorView& mine = op.tensors[0];
-  if (op.perRank.size() != static_cast<size_t>(info.worldSize)) {
-    fail(ACTORPIPE_ERROR(LogicError, "scatter at rank 0 needs one tensor per rank (" +
-                                         std::to_string(info.worldSize) + "), got " +
-                                         std::to_string(op.perRank.size())));
-    return;
-  }
-  for (const auto& tensor : op.perRank) {
-    if (tensor.bytes() != mine.bytes()) {
-      fail(ACTORPIPE_ERROR(LogicError, "scatter's tensors must all be shaped like the receiving one"));
-      return;
-    }
-  }
-  if (op.perRank[0].data != mine.data) std::memcpy(mine.data, op.perRank[0].data, mine.bytes());
-  for (auto& link : links_) {
-    if (link->childIndex < 0) continue;
-    Message message;
-    message.metadata = encode(LinkFrame::data(op.sequence, 0, 0));
-    for (int rank : subtreeOf(tree, link->peer)) {
-      message.tensors.push_back(outgoing(op.perRank[rank].data, mine.bytes()));
-    }
-    write(*link, std::move(message));
-  }
-  op.chunksFinal = 1;
-}
-
 void TreeCore::checkFinished() {
   if (!operation_) return;
   Operation& op = *operation_;
   if (op.finished || op.error) return;
-  const size_t needed = op.kind == Operation::Kind::kScatter ? 1 : op.chunks.size();
-  const bool allIn = op.ring || op.halving ? op.ringReceived == op.ringExpected
-                                           : op.chunksFinal == needed;
-  if (allIn && op.pendingWrites == 0) op.finished = true;  // afterEvent() ends the call
+  if (op.algorithm->allIn() && op.pendingWrites == 0) op.finished = true;  // afterEvent() ends the call
+}
+
+// --- the tree ---------------------------------------------------------------
+
+namespace {
+
+class TreeSteps final : public Algorithm {
+ public:
+  using Algorithm::Algorithm;
+
+  void begin() override {
+    const size_t chunks = op_.chunks.size();
+    switch (op_.kind) {
+      case Operation::Kind::kAllReduce:
+        childrenDelivered_.assign(chunks, 0);
+        childContributors_.assign(me().children.size(), std::vector<int>(chunks, 0));
+        if (me().children.empty()) {
+          while (!op_.error && climbed_ < chunks) climb(climbed_++);
+        }
+        break;
+      case Operation::Kind::kBroadcast:
+        if (me().parent < 0) {
+          for (size_t c = 0; c < chunks; ++c) descend(c);
+          final_ = chunks;
+        }
+        break;
+      case Operation::Kind::kScatter:
+        beginScatter();
+        break;
+    }
+  }
+
+  bool involves(const Link& link) const override { return link.toParent || link.childIndex >= 0; }
+
+  size_t expectedFrom(const Link& link) const override {
+    if (!involves(link)) return 0;
+    switch (op_.kind) {
+      case Operation::Kind::kAllReduce: return op_.chunks.size();
+      case Operation::Kind::kBroadcast: return link.toParent ? op_.chunks.size() : 0;
+      case Operation::Kind::kScatter: return link.toParent ? 1 : 0;
+    }
+    return 0;
+  }
+
+  // Tree messages come in chunk order.
+  bool accepts(const Link& link, uint64_t index) const override { return index == link.consumed; }
+
+  void land(Link& link, uint64_t index, int contributors, Landing& landing) override {
+    if (op_.kind == Operation::Kind::kScatter) {
+      const size_t share = op_.tensors[0].bytes();
+      uint8_t* rest = scratch(link, share * subtree_.size());
+      for (size_t i = 0; i < subtree_.size(); ++i) {
+        landing.add(i == 0 ? op_.tensors[0].data : rest + (i - 1) * share, share);
+      }
+    } else if (link.toParent || contributors > 0) {
+      landChunk(link, index, link.toParent, landing);
+    }
+  }
+
+  void onData(Link& link, uint64_t chunk, int contributors) override {
+    switch (op_.kind) {
+      case Operation::Kind::kAllReduce:
+        if (!link.toParent) {
+          ++childrenDelivered_[chunk];
+          childContributors_[link.childIndex][chunk] = contributors;
+          const int children = static_cast<int>(me().children.size());
+          while (!op_.error && climbed_ < op_.chunks.size() &&
+                 childrenDelivered_[climbed_] == children) {
+            climb(climbed_++);
+          }
+        } else {
+          op_.contributors = contributors;
+          descend(chunk);
+          ++final_;
+        }
+        break;
+      case Operation::Kind::kBroadcast:
+        descend(chunk);
+        ++final_;
+        break;
+      case Operation::Kind::kScatter: {
+        const size_t share = op_.tensors[0].bytes();
+        for (auto& child : links()) {
+          if (child->childIndex < 0) continue;
+          Message message;
+          message.metadata = encode(LinkFrame::data(op_.sequence, 0, 0));
+          for (int rank : subtreeOf(tree(), child->peer)) {
+            size_t index = 0;
+            while (subtree_[index] != rank) ++index;
+            message.tensors.push_back(outgoing(link.scratch.get() + (index - 1) * share, share));
+          }
+          write(*child, std::move(message));
+        }
+        ++final_;
+        break;
+      }
+    }
+  }
+
+  bool allIn() const override {
+    return final_ == (op_.kind == Operation::Kind::kScatter ? 1 : op_.chunks.size());
+  }
+
+ private:
+  // This rank's data for `chunk`, combined with its children's in child
+  // order, goes up (or, at the root, becomes the result and goes down).
+  void climb(size_t chunk) {
+    int contributors = op_.contributes ? 1 : 0;
+    try {
+      for (const auto& link : links()) {
+        if (link->childIndex < 0) continue;
+        const int theirs = childContributors_[link->childIndex][chunk];
+        if (theirs == 0) continue;
+        for (const auto& segment : op_.chunks[chunk].segments) {
+          const TensorView& tensor = op_.tensors[segment.tensor];
+          uint8_t* mine = bytesOf(tensor) + segment.offset;
+          uint8_t* incoming = link->scratch.get() + segment.packed;
+          if (contributors == 0) {
+            std::memcpy(mine, incoming, segment.length);
+          } else {
+            op_.reduction->apply(slice(tensor, segment, mine), slice(tensor, segment, incoming));
+          }
+        }
+        contributors += theirs;
+      }
+      if (me().parent < 0) finishChunk(chunk, contributors);
+    } catch (const std::exception& e) {
+      reductionFailed(e);
+      return;
+    }
+    if (me().parent < 0) {
+      descend(chunk);
+      ++final_;
+    } else {
+      write(*links().front(), chunkMessage(chunk, contributors, contributors > 0));
+    }
+  }
+
+  void descend(size_t chunk) {
+    for (auto& link : links()) {
+      if (link->childIndex >= 0) write(*link, chunkMessage(chunk, op_.contributors, true));
+    }
+  }
+
+  void beginScatter() {
+    subtree_ = subtreeOf(tree(), info().rank);
+    if (me().parent >= 0) return;  // waits for its share from the parent
+    const TensorView& mine = op_.tensors[0];
+    if (op_.perRank.size() != static_cast<size_t>(info().worldSize)) {
+      fail(ACTORPIPE_ERROR(LogicError, "scatter at rank 0 needs one tensor per rank (" +
+                                           std::to_string(info().worldSize) + "), got " +
+                                           std::to_string(op_.perRank.size())));
+      return;
+    }
+    for (const auto& tensor : op_.perRank) {
+      if (tensor.bytes() != mine.bytes()) {
+        fail(ACTORPIPE_ERROR(LogicError, "scatter's tensors must all be shaped like the receiving one"));
+        return;
+      }
+    }
+    if (op_.perRank[0].data != mine.data) std::memcpy(mine.data, op_.perRank[0].data, mine.bytes());
+    for (auto& link : links()) {
+      if (link->childIndex < 0) continue;
+      Message message;
+      message.metadata = encode(LinkFrame::data(op_.sequence, 0, 0));
+      for (int rank : subtreeOf(tree(), link->peer)) {
+        message.tensors.push_back(outgoing(op_.perRank[rank].data, mine.bytes()));
+      }
+      write(*link, std::move(message));
+    }
+    final_ = 1;
+  }
+
+  // All-reduce, climbing: per chunk, how many children delivered it, and
+  // each child's contributor count for it.
+  std::vector<int> childrenDelivered_;
+  std::vector<std::vector<int>> childContributors_;
+  size_t climbed_{0};
+  size_t final_{0};  // chunks whose result is in place here
+  std::vector<int> subtree_;  // scatter: this rank's subtree, itself first
+};
+
+} // namespace
+
+std::unique_ptr<Algorithm> makeTreeSteps(TreeCore& core, Operation& op) {
+  return std::make_unique<TreeSteps>(core, op);
 }
 
 } // namespace actorpipe::group

@@ -512,7 +512,8 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
     link.departed = true;  // and read no further: its end of the pipe is closing
     int none = -1;
     departedPeer_.compare_exchange_strong(none, link.peer);
-    if (operation_ && !operation_->finished && link.consumed < expectedFrom(link)) {
+    if (operation_ && !operation_->finished &&
+        link.consumed < operation_->algorithm->expectedFrom(link)) {
       fail(ACTORPIPE_ERROR(RankFailedError, link.peer, "it left the group during a collective"));
     }
     return;
@@ -528,103 +529,32 @@ void TreeCore::onDescriptor(Link& link, const Error& error, Descriptor descripto
   pump(link);
 }
 
-size_t TreeCore::expectedFrom(const Link& link) const {
-  const Operation& op = *operation_;
-  if (op.ring) return link.ringPrev ? op.ringExpected : 0;
-  if (op.halving) return link.cubeStep >= 0 ? op.halvingExpectedFrom[link.cubeStep] : 0;
-  if (op.doubling) return link.cubeStep >= 0 ? 1 : 0;
-  const bool treeLink = link.toParent || link.childIndex >= 0;
-  if (!treeLink) return 0;
-  switch (op.kind) {
-    case Operation::Kind::kAllReduce: return op.chunks.size();
-    case Operation::Kind::kBroadcast: return link.toParent ? op.chunks.size() : 0;
-    case Operation::Kind::kScatter: return link.toParent ? 1 : 0;
-  }
-  return 0;
-}
-
 void TreeCore::pump(Link& link) {
   if (!operation_ || operation_->finished || operation_->error || !link.holdsDescriptor ||
       link.readingData) {
     return;
   }
-  if (link.consumed >= expectedFrom(link)) return;  // it belongs to the next collective
+  if (link.consumed >= operation_->algorithm->expectedFrom(link)) return;  // the next collective's
   consume(link);
 }
 
 void TreeCore::consume(Link& link) {
   Operation& op = *operation_;
+  Algorithm& algorithm = *op.algorithm;
   const Descriptor& d = link.descriptor;
   const uint64_t sequence = link.frame.collective;
   const uint64_t chunk = link.frame.index;
   const int contributors = link.frame.contributors;
   const std::string from = "rank " + std::to_string(link.peer);
-  // Tree messages come in chunk order; ring messages are numbered
-  // step * chunks + chunk and may overtake each other across steps.
-  const size_t chunks = op.chunks.size();
-  const size_t ringSteps = 2 * static_cast<size_t>(info.worldSize) - 2;
-  if (sequence != op.sequence ||
-      (op.ring       ? chunk >= ringSteps * chunks
-       : op.halving  ? chunk >= 2 * cube_.size() * chunks
-       : op.doubling ? chunk != static_cast<size_t>(link.cubeStep)
-                     : chunk != link.consumed)) {
+  if (sequence != op.sequence || !algorithm.accepts(link, chunk)) {
     fail(ACTORPIPE_ERROR(LogicError, from + " sent " + link.frame.describe() + " during " + op.name +
                                          " #" + std::to_string(op.sequence) +
                                          ": ranks called different collectives"));
     return;
   }
-
-  Allocation allocation;
-  std::vector<size_t> lengths;
-  auto grow = [&op](Link& l, size_t bytes) {
-    bytes = std::max(bytes, op.scratchBytes);
-    if (l.scratchBytes < bytes) {
-      l.scratch.reset(new uint8_t[bytes]);
-      l.scratchBytes = bytes;
-    }
-  };
-  if (op.ring || op.halving) {
-    const size_t step = chunk / chunks;
-    const size_t c = chunk % chunks;
-    const bool gathering = op.ring ? step + 1 >= static_cast<size_t>(info.worldSize)
-                                   : step >= cube_.size();
-    if (gathering || contributors > 0) {
-      if (!gathering) grow(link, op.totalBytes);
-      for (const auto& segment : op.chunks[c].segments) {
-        uint8_t* base = gathering ? bytesOf(op.tensors[segment.tensor]) + segment.offset
-                                  : link.scratch.get() + segment.packed;
-        allocation.tensors.push_back({CpuBuffer{base}});
-        lengths.push_back(segment.length);
-      }
-    }
-  } else if (op.exchange || op.doubling) {
-    if (contributors > 0) {
-      grow(link, op.totalBytes);
-      for (const auto& segment : op.chunks[op.doubling ? 0 : chunk].segments) {
-        allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
-        lengths.push_back(segment.length);
-      }
-    }
-  } else if (op.kind == Operation::Kind::kScatter) {
-    const size_t share = op.tensors[0].bytes();
-    grow(link, share * op.subtree.size());
-    for (size_t i = 0; i < op.subtree.size(); ++i) {
-      void* target = i == 0 ? op.tensors[0].data : link.scratch.get() + (i - 1) * share;
-      allocation.tensors.push_back({CpuBuffer{target}});
-      lengths.push_back(share);
-    }
-  } else if (link.toParent) {
-    for (const auto& segment : op.chunks[chunk].segments) {
-      allocation.tensors.push_back({CpuBuffer{bytesOf(op.tensors[segment.tensor]) + segment.offset}});
-      lengths.push_back(segment.length);
-    }
-  } else if (contributors > 0) {
-    grow(link, op.totalBytes);
-    for (const auto& segment : op.chunks[chunk].segments) {
-      allocation.tensors.push_back({CpuBuffer{link.scratch.get() + segment.packed}});
-      lengths.push_back(segment.length);
-    }
-  }
+  Landing landing;
+  algorithm.land(link, chunk, contributors, landing);
+  const std::vector<size_t>& lengths = landing.lengths;
   bool fits = d.tensors.size() == lengths.size() && d.payloads.empty();
   for (size_t i = 0; fits && i < lengths.size(); ++i) fits = d.tensors[i].length == lengths[i];
   if (!fits) {
@@ -634,6 +564,7 @@ void TreeCore::consume(Link& link) {
                                          std::to_string(info.rank)));
     return;
   }
+  Allocation allocation = std::move(landing.allocation);
 
   link.holdsDescriptor = false;
   link.readingData = true;
@@ -651,7 +582,10 @@ void TreeCore::consume(Link& link) {
       }
       ++target->consumed;
       self->readNext(*target);
-      self->onData(*target, chunk, contributors);
+      std::shared_ptr<Operation> op = self->operation_;
+      if (!op || op->error) return;
+      op->algorithm->onData(*target, chunk, contributors);
+      self->checkFinished();
     });
   });
 }
@@ -718,13 +652,17 @@ Error TreeCore::checkTensors(const char* name, const std::vector<TensorView>& te
 
 // Loop: a collective the caller asked for begins, unless the group broke.
 void TreeCore::startOperation(const std::shared_ptr<Operation>& operation) {
+  switch (operation->route) {
+    case Operation::Route::kTree: operation->algorithm = makeTreeSteps(*this, *operation); break;
+    case Operation::Route::kRing: operation->algorithm = makeRing(*this, *operation); break;
+    case Operation::Route::kHalving: operation->algorithm = makeHalving(*this, *operation); break;
+    case Operation::Route::kExchange: operation->algorithm = makeExchange(*this, *operation); break;
+    case Operation::Route::kDoubling: operation->algorithm = makeDoubling(*this, *operation); break;
+  }
   for (auto& link : links_) {
     // A neighbour that left is an error only for collectives that need it
     // (a ring-only neighbour does not take part in a broadcast, say).
-    const bool involved = operation->ring       ? (link->ringNext || link->ringPrev)
-                          : operation->doubling || operation->halving ? link->cubeStep >= 0
-                                                : (link->toParent || link->childIndex >= 0);
-    if (link->departed && involved && !broken_) {
+    if (link->departed && operation->algorithm->involves(*link) && !broken_) {
       fail(ACTORPIPE_ERROR(RankFailedError, link->peer, "it left the group (closed its Tree)"));
     }
   }
@@ -738,7 +676,9 @@ void TreeCore::startOperation(const std::shared_ptr<Operation>& operation) {
   sequence_.store(operation->sequence);
   for (auto& link : links_) link->consumed = 0;
   operation_ = operation;
-  begin();
+  operation->algorithm->begin();
+  for (auto& link : links_) pump(*link);
+  checkFinished();
 }
 
 // Loop: the caller waited operationTimeout for `operation`.
@@ -746,7 +686,7 @@ void TreeCore::timeOut(const std::shared_ptr<Operation>& operation) {
   if (operation_ != operation || operation->finished || operation->error) return;
   std::string waitingFor;
   for (const auto& link : links_) {
-    if (link->consumed < expectedFrom(*link)) {
+    if (link->consumed < operation->algorithm->expectedFrom(*link)) {
       waitingFor += (waitingFor.empty() ? "" : ", ") + std::to_string(link->peer);
     }
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <actorpipe/actors/detail/context_core.h>
+#include <actorpipe/actors/group/algorithm.h>
 #include <actorpipe/actors/group/chunks.h>
 #include <actorpipe/actors/group/frames.h>
 #include <actorpipe/actors/group/host_arena.h>
@@ -101,7 +102,11 @@ struct Link {
 
 struct Operation {
   enum class Kind { kAllReduce, kBroadcast, kScatter };
+  // Which algorithm carries it (algorithm.h): chosen by the plan, the same
+  // on every rank. Broadcast and scatter always take the tree.
+  enum class Route { kTree, kRing, kHalving, kExchange, kDoubling };
   Kind kind{Kind::kAllReduce};
+  Route route{Route::kTree};
   uint64_t sequence{0};
   const char* name{"allReduce"};
   std::vector<TensorView> tensors;
@@ -110,53 +115,11 @@ struct Operation {
   std::vector<Chunk> chunks;
   size_t totalBytes{0};
   size_t scratchBytes{0};  // what scratch buffers need (aligned segments); 0: totalBytes
-
-  // Climbing: per chunk, how many children delivered it, and each child's
-  // contributor count for it.
-  std::vector<int> childrenDelivered;
-  std::vector<std::vector<int>> childContributors;
-  size_t chunksClimbed{0};
-  // Descending.
-  size_t chunksFromParent{0};
-  size_t chunksFinal{0};
-  int contributors{0};
-
-  // Ring all-reduce (one host, large calls): chunk -> segment, and how many
-  // messages come from the ring's previous rank.
-  bool ring{false};
-  std::vector<int> segmentOf;
-  size_t ringExpected{0};
-  size_t ringReceived{0};
-
-  // Exchange (two ranks, small calls): both send at once, and both combine
-  // rank 0's data with rank 1's, in that order, once the peer has pulled
-  // ours (its memory is ours until then).
-  bool exchange{false};
-  std::vector<char> exchangeSent;
-  std::vector<char> exchangeReceived;
-  std::vector<int> exchangeTheirs;
-
-  // Recursive halving (power-of-two ranks on one host, large calls): per
-  // chunk, how many reduce-scatter steps it went through, and per step and
-  // chunk the partner's contributor count once its data is in (-1 before).
-  bool halving{false};
-  std::vector<int> halvingLevel;
-  std::vector<std::vector<int>> halvingTheirs;
-  std::vector<size_t> halvingExpectedFrom;  // per doubling partner (bit)
-
-  // Recursive doubling (power-of-two ranks on one host, small calls): per
-  // step, whether our send is done and the partner's data is in.
-  bool doubling{false};
-  size_t cubeAt{0};
-  int cubeCount{0};
-  std::vector<char> cubeSent;
-  std::vector<char> cubeReceived;
-  std::vector<int> cubeTheirs;
-
-  // Scatter: the root's per-rank tensors, and this rank's subtree share.
+  // Scatter: the root's per-rank tensors.
   std::vector<TensorView> perRank;
-  std::vector<int> subtree;
 
+  int contributors{0};  // the result's: how many ranks contributed
+  std::unique_ptr<Algorithm> algorithm;  // set when the call starts, on the loop
   int pendingWrites{0};
   bool finished{false};
   Error error;
@@ -261,36 +224,19 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   void readNext(Link& link);
   void onDescriptor(Link& link, const Error& error, Descriptor descriptor);
   void pump(Link& link);
-  size_t expectedFrom(const Link& link) const;
   void consume(Link& link);
-  void onData(Link& link, size_t chunk, int contributors);
-  void begin();
-  void climb(size_t chunk);
-  void beginRing();
-  void onRingData(size_t index, int contributors);
-  void sendRing(size_t step, size_t chunk, int contributors);
-  bool ringReady() const { return ringNext_ != nullptr; }
-  void descend(size_t chunk);
-  void beginScatter();
   // `sent` (if set) runs on the loop once the peer has the message.
   void write(Link& link, Message message, std::function<void()> sent = nullptr);
-  void beginExchange();
-  void beginDoubling();
-  void beginHalving();
-  void onHalvingData(const Link& link, size_t index, int contributors);
-  void advanceHalving(size_t chunk);
-  void sendHalving(size_t phaseStep, int bit, size_t chunk, int contributors);
-  void sendCube(size_t step);
-  void advanceCube();
-  void settleExchange(size_t chunk);
   void checkFinished();
   // `collective`: the one the failure is about, when another rank told us.
   void fail(Error error, uint64_t collective = 0);
   void failLink(Link& link, const Error& error);
   Link* linkTo(int rank);
-  Message chunkMessage(size_t chunk, int contributors, bool withTensors);
+  Message chunkMessage(size_t chunk, int contributors, bool withTensors) const;
   bool readsInFlight() const;
   void sendAbort(const Error& error, uint64_t collective);
+
+  friend class Algorithm;  // its helpers reach the links and write()
 
   std::shared_ptr<Context> context_;
   detail::Loop* loop_{nullptr};  // the Context's: lives as long as context_
