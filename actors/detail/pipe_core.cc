@@ -399,7 +399,21 @@ void PipeCore::sendWrite(WriteOp& op) {
   slices.reserve(1 + inlineData.size());
   slices.push_back({op.frame.data(), op.frame.size()});
   for (const auto& s : inlineData) slices.push_back(s);
-  connection_->write(std::move(slices), complete);
+  op.onWire = true;
+  connection_->write(std::move(slices), [self, seq = op.seq, complete](const Error& e) {
+    if (WriteOp* op = self->writes_.find(seq)) {
+      op->onWire = false;
+      // The peer left while this frame was queued (onPeerGone): the write
+      // failed then, and is reported now that the connection reads none
+      // of its bytes any more.
+      if (!op->done && op->error && !e) {
+        op->done = true;
+        self->flushWrites();
+        return;
+      }
+    }
+    complete(e);
+  });
 }
 
 // Callbacks fire in call order even when a later write fails early.
@@ -594,10 +608,13 @@ void PipeCore::onPeerGone(const Error& error) {
   }
   writeError_ = error;
   writes_.forEach([&](WriteOp& op) {
-    if (!op.done) {
-      op.done = true;
-      op.error = error;
-    }
+    if (op.done) return;
+    op.error = error;
+    // Its bytes still queued on the connection are still sent (the peer
+    // may only have shut its sending side), from the frame and from the
+    // user's memory: its callback, after which the user may reuse that
+    // memory, waits until the connection is done with them.
+    if (!op.onWire) op.done = true;
   });
   flushWrites();
 }

@@ -148,8 +148,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
       auto callback = std::move(op->fn);
       Error error = std::move(op->error);
       const uint64_t deadline = op->deadline;
-      // An operation finished before its transport was done with it (failed
-      // by a peer that left while it was queued) may still be read from:
+      // An operation finished before its transport was done with it (the
+      // pipe failed and closed the connection while it was queued) is
       // kept, whatever the bound, as long as the pipe lives (the
       // connection's callbacks hold the pipe).
       const bool held = op->held();
@@ -177,10 +177,12 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     std::string frame;
     size_t pending{0};  // the frame's write plus each out-of-band send
     bool sent{false};
+    bool onWire{false};  // its frame (and inline data) is queued on the connection
     bool done{false};
     Error error;
-    // Its frame may still be queued on the connection: sent, not completed.
-    bool held() const { return sent && pending > 0; }
+    // The connection may still read its frame (only once the connection
+    // closed: a write is never finished while on the wire otherwise).
+    bool held() const { return onWire; }
     // For reuse. The frame keeps its memory: nothing writes it before the
     // next sendWrite, which a pipe whose frame may still be queued on the
     // connection (one that failed, or whose peer left) never makes.
@@ -188,7 +190,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
       message = Message();
       deadline = 0;
       pending = 0;
-      sent = done = false;
+      sent = onWire = done = false;
       error = Error();
     }
   };

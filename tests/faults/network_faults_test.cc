@@ -2,6 +2,7 @@
 // listener that accepts and never answers, and a receiver that reads slowly
 // while its peer writes fast. Each ends in an error (or bounded memory) in
 // bounded time, and the Context keeps carrying other pipes.
+#include <algorithm>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -88,6 +89,91 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
   CHECK(error);
   CHECK(!isTestTimeout(error));
   checkUsable(*context);
+}
+
+TEST_CASE("a peer that half-closes with writes queued: no callback before their bytes are out of our hands") {
+  // The peer reads nothing while we queue more writes than the socket
+  // holds (and than a pipe keeps spare operations for), then shuts its
+  // sending side and reads. Every write still queued when it left fails,
+  // but the connection still sends its bytes, from the frame and from the
+  // user's payload: a callback that fired before that (the pipe once
+  // reported them at once) lets the user reuse memory that is still being
+  // sent. Here each callback overwrites its payload, as a user may.
+  auto context = makeContext("half-close");
+  RawServer raw;
+  auto pipe = context->connect(raw.url());
+  int fd = raw.accept();
+  REQUIRE(fd >= 0);
+  CHECK(!recvFrame(fd).empty());  // the hello
+  sendAll(fd, welcomeFrame());
+  // The welcome is read before the writes go: a write that fails first
+  // fails the pipe, and the test below would check nothing.
+  REQUIRE(!writeSync(*pipe, Message()));
+  CHECK(!recvFrame(fd).empty());
+
+  constexpr int kWrites = 24;
+  constexpr size_t kBytes = size_t{1} << 20;  // together, more than the socket buffers hold
+  std::vector<std::vector<char>> payloads;
+  for (int i = 0; i < kWrites; ++i) payloads.emplace_back(kBytes, static_cast<char>('a' + i % 26));
+  std::mutex mutex;
+  std::condition_variable changed;
+  int finished = 0;
+  int failed = 0;
+  for (int i = 0; i < kWrites; ++i) {
+    Message message;
+    message.metadata = "write " + std::to_string(i);
+    Message::Payload payload;
+    payload.data = payloads[i].data();
+    payload.length = kBytes;
+    message.payloads.push_back(payload);
+    pipe->write(std::move(message), [&, i](const Error& error) {
+      std::fill(payloads[i].begin(), payloads[i].end(), 'X');  // reused
+      std::lock_guard<std::mutex> guard(mutex);
+      ++finished;
+      failed += error ? 1 : 0;
+      changed.notify_all();
+    });
+  }
+  // Time for the writes to reach the connection and fill the socket, then
+  // for our side to read the end of the peer's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(::shutdown(fd, SHUT_WR) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  // Every message arrives whole, with its payload as it was written.
+  timeval patience{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  int intact = 0;
+  std::string body(kBytes, '\0');
+  for (int i = 0; i < kWrites; ++i) {
+    const std::string bytes = recvFrame(fd);
+    if (bytes.empty()) break;
+    wire::MessageFrame decoded;
+    REQUIRE(!wire::decode(reinterpret_cast<const uint8_t*>(bytes.data()) + wire::kHeaderSize,
+                          bytes.size() - wire::kHeaderSize, Limits(), decoded));
+    CHECK(decoded.descriptor.metadata == "write " + std::to_string(i));
+    REQUIRE(decoded.descriptor.payloads.size() == 1);
+    REQUIRE(decoded.descriptor.payloads[0].length == kBytes);
+    size_t got = 0;
+    while (got < kBytes) {
+      const ssize_t n = ::recv(fd, &body[got], kBytes - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    REQUIRE(got == kBytes);
+    const size_t reused = static_cast<size_t>(std::count(body.begin(), body.end(), 'X'));
+    CHECK_MESSAGE(reused == 0, "write " << i << " sent " << reused << " bytes after its callback let them be reused");
+    ++intact;
+  }
+  CHECK(intact == kWrites);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    REQUIRE(changed.wait_for(lock, std::chrono::seconds(15), [&] { return finished == kWrites; }));
+  }
+  MESSAGE(failed << " of " << kWrites << " writes were queued when the peer left, and failed");
+  CHECK(failed > 0);  // else none was queued when the peer left: nothing was tested
+  ::close(fd);
+  pipe->close();
 }
 
 TEST_CASE("a listener that accepts and never answers: the handshake times out") {
