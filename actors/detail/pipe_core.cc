@@ -37,6 +37,11 @@
 namespace actorpipe::detail {
 namespace {
 
+// How long writes still queued on the connection when the peer left may take
+// to leave (a peer that shut only its sending side still reads them) before
+// the pipe fails and drops them.
+constexpr std::chrono::milliseconds kPeerGoneLinger{5000};
+
 void bouncePipeMessage(caf::mailbox_element& element) {
   Error error = ACTORPIPE_ERROR(ContextClosedError);
   const caf::type_erased_tuple& msg = element.content();
@@ -404,10 +409,11 @@ void PipeCore::sendWrite(WriteOp& op) {
     if (WriteOp* op = self->writes_.find(seq)) {
       op->onWire = false;
       // The peer left while this frame was queued (onPeerGone): the write
-      // failed then, and is reported now that the connection reads none
-      // of its bytes any more.
-      if (!op->done && op->error && !e) {
+      // failed then, with that error, and is reported now that the
+      // connection reads none of its bytes any more.
+      if (!op->done && op->error) {
         op->done = true;
+        if (!self->writesOnWire()) self->disarm(self->lingerTimer_);
         self->flushWrites();
         return;
       }
@@ -616,7 +622,19 @@ void PipeCore::onPeerGone(const Error& error) {
     // memory, waits until the connection is done with them.
     if (!op.onWire) op.done = true;
   });
+  if (writesOnWire()) {
+    std::weak_ptr<PipeCore> weak = shared_from_this();
+    lingerTimer_ = loop_->after(kPeerGoneLinger, [weak] {
+      if (auto core = weak.lock()) core->fail(core->writeError_);
+    });
+  }
   flushWrites();
+}
+
+bool PipeCore::writesOnWire() {
+  bool any = false;
+  writes_.forEach([&](WriteOp& op) { any = any || (op.onWire && !op.done); });
+  return any;
 }
 
 // Every pending callback fires once with `error`, in call order per kind.
@@ -645,7 +663,10 @@ void PipeCore::fail(Error error) {
     registry_->forget(joinToken_);
     loop_->cancel(joinTimer_);
   }
-  if (loop_ != nullptr) disarm(handshakeTimer_);
+  if (loop_ != nullptr) {
+    disarm(handshakeTimer_);
+    disarm(lingerTimer_);
+  }
   state_ = State::kClosed;
   if (connection_) {
     connection_->close(error_);

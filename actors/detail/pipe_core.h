@@ -230,6 +230,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   channel::Endpoint* endpointFor(const std::string& channel) const;
   void closeEndpoints();
   void flushWrites();
+  bool writesOnWire();
 
   void advanceReads();
   void onHeader();
@@ -255,6 +256,10 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   State state_{State::kClosed};
   Error error_;
   Error writeError_;  // set once the peer is gone; later writes fail with it
+  // Armed when the peer left with writes still on the wire: past it, the
+  // pipe fails (closing the connection) rather than wait for ever on a peer
+  // that shut its side and reads no more.
+  uint64_t lingerTimer_{0};
   ready_fn ready_;
   std::shared_ptr<JoinRegistry> registry_;
   uint64_t joinToken_{0};

@@ -95,8 +95,12 @@ TreeCore::Event::~Event() {
 void TreeCore::call(std::function<void()> handler) {
   auto done = std::make_shared<Signal>();
   dispatch([handler = std::move(handler), done] {
+    // Raised however the handler ends (the loop logs what it throws).
+    struct Raise {
+      ~Raise() { signal.raise(1); }
+      Signal& signal;
+    } raise{*done};
     handler();
-    done->raise(1);
   });
   done->waitFor(1);
 }

@@ -91,6 +91,20 @@ TEST_CASE("a connection reset in the middle of a frame fails that pipe only") {
   checkUsable(*context);
 }
 
+// A pipe from `context` to the raw server, established (its first message
+// read by the raw side, so a later failure is the test's, not the
+// handshake's); returns the raw side's socket.
+int establishWithRaw(Context& context, RawServer& raw, std::shared_ptr<Pipe>& pipe) {
+  pipe = context.connect(raw.url());
+  const int fd = raw.accept();
+  REQUIRE(fd >= 0);
+  CHECK(!recvFrame(fd).empty());  // the hello
+  sendAll(fd, welcomeFrame());
+  REQUIRE(!writeSync(*pipe, Message()));
+  CHECK(!recvFrame(fd).empty());
+  return fd;
+}
+
 TEST_CASE("a peer that half-closes with writes queued: no callback before their bytes are out of our hands") {
   // The peer reads nothing while we queue more writes than the socket
   // holds (and than a pipe keeps spare operations for), then shuts its
@@ -101,15 +115,8 @@ TEST_CASE("a peer that half-closes with writes queued: no callback before their 
   // sent. Here each callback overwrites its payload, as a user may.
   auto context = makeContext("half-close");
   RawServer raw;
-  auto pipe = context->connect(raw.url());
-  int fd = raw.accept();
-  REQUIRE(fd >= 0);
-  CHECK(!recvFrame(fd).empty());  // the hello
-  sendAll(fd, welcomeFrame());
-  // The welcome is read before the writes go: a write that fails first
-  // fails the pipe, and the test below would check nothing.
-  REQUIRE(!writeSync(*pipe, Message()));
-  CHECK(!recvFrame(fd).empty());
+  std::shared_ptr<Pipe> pipe;
+  const int fd = establishWithRaw(*context, raw, pipe);
 
   constexpr int kWrites = 24;
   constexpr size_t kBytes = size_t{1} << 20;  // together, more than the socket buffers hold
@@ -174,6 +181,52 @@ TEST_CASE("a peer that half-closes with writes queued: no callback before their 
   CHECK(failed > 0);  // else none was queued when the peer left: nothing was tested
   ::close(fd);
   pipe->close();
+}
+
+TEST_CASE("a peer that half-closes and reads no more: the writes it left queued fail, bounded in time") {
+  // As above, but the peer never reads again: the writes still on the wire
+  // cannot leave, and waiting for them would hold their callbacks (and
+  // every write asked after them) for ever. The pipe gives them a bounded
+  // time (5 s), then fails and drops them.
+  auto context = makeContext("half-close-silent");
+  RawServer raw;
+  std::shared_ptr<Pipe> pipe;
+  const int fd = establishWithRaw(*context, raw, pipe);
+  constexpr int kWrites = 24;
+  std::vector<char> payload(size_t{1} << 20, 'p');
+  std::mutex mutex;
+  std::condition_variable changed;
+  int finished = 0;
+  int failed = 0;
+  auto record = [&](const Error& error) {
+    std::lock_guard<std::mutex> guard(mutex);
+    ++finished;
+    failed += error ? 1 : 0;
+    changed.notify_all();
+  };
+  for (int i = 0; i < kWrites; ++i) {
+    Message message;
+    Message::Payload p;
+    p.data = payload.data();
+    p.length = payload.size();
+    message.payloads.push_back(p);
+    pipe->write(std::move(message), record);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = Clock::now();
+  REQUIRE(::shutdown(fd, SHUT_WR) == 0);
+  pipe->write(Message(), record);  // asked after the peer left: refused, reported in order
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    REQUIRE(changed.wait_for(lock, std::chrono::seconds(30), [&] { return finished == kWrites + 1; }));
+  }
+  MESSAGE(failed << " writes failed, the last " << secondsSince(start) << " s after the peer left");
+  CHECK(failed > 1);
+  CHECK(secondsSince(start) < 25);
+  // The pipe failed: a new write fails at once.
+  CHECK(writeSync(*pipe, Message()));
+  ::close(fd);
+  checkUsable(*context);
 }
 
 TEST_CASE("a listener that accepts and never answers: the handshake times out") {
