@@ -169,4 +169,6 @@ TEST_CASE("a collective that waits past operationTimeout fails with a TimeoutErr
   }
   REQUIRE(told);
   CHECK_MESSAGE(told.isOfType<actorpipe::TimeoutError>(), told.what());
+  // Rank 0's own words (rank 1 timing out by itself would say "at rank 1").
+  CHECK_MESSAGE(told.what().find("at rank 0") != std::string::npos, told.what());
 }
