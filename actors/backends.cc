@@ -2,6 +2,8 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/cuda_ipc/factory.h>
+#include <actorpipe/channels/cuda_xth/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/transports/shm/factory.h>
@@ -18,6 +20,10 @@ void registerDefaultBackends(Context& context, const DefaultBackends& which) {
   if (which.mptLanes > 0) context.registerChannel(5, "mpt", channel::mpt::create(which.mptLanes, which.mptHost));
   if (which.cma) context.registerChannel(10, "cma", channel::cma::create());
   if (which.xth) context.registerChannel(20, "xth", channel::xth::create());
+  if (which.cuda) {
+    context.registerChannel(10, "cuda_ipc", channel::cuda_ipc::create());
+    context.registerChannel(20, "cuda_xth", channel::cuda_xth::create());
+  }
 }
 
 }  // namespace actorpipe

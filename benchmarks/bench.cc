@@ -23,6 +23,8 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/cuda_ipc/factory.h>
+#include <actorpipe/channels/cuda_xth/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
 #include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/transports/shm/factory.h>
@@ -51,6 +53,7 @@ struct Options {
   int pollUs{-1};
   int idleSeconds{0};
   size_t memcpyBytes{0};
+  size_t cudaCopyBytes{0};
 };
 
 size_t kMptLanes = 2;
@@ -65,13 +68,20 @@ const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> 
     {"mpt", [] { return channel::mpt::create(kMptLanes, "127.0.0.1"); }},
     {"cma", [] { return channel::cma::create(); }},
     {"xth", [] { return channel::xth::create(); }},
+    {"cuda_xth", [] { return channel::cuda_xth::create(); }},
+    {"cuda_ipc", [] { return channel::cuda_ipc::create(); }},
 };
 
 void usage() {
   std::fprintf(stderr,
       "usage: actorpipe-bench [pipe] [options]\n"
       "  --transport NAME     tcp (alias uv), shm                   [tcp]\n"
-      "  --channel NAME       basic, mpt, cma, xth (basic stays registered as fallback) [basic]\n"
+      "  --channel NAME       basic, mpt, cma, xth, cuda_xth, cuda_ipc (basic stays\n"
+      "                       registered as fallback)                [basic]\n"
+      "  --tensor-type TYPE   cpu, or cuda (tensors in device memory; a round trip\n"
+      "                       ends when the client's stream is synchronised) [cpu]\n"
+      "  --cuda-copy BYTES    instead: the device-to-device copy ceiling for that size\n"
+      "                       (cudaMemcpyAsync + stream sync, median of --iterations)\n"
       "  --in-process         server in this process (another Context), not forked\n"
       "  --idle SECONDS       instead: CPU used by both processes while 8 pipes and a\n"
       "                       listener sit idle (shm and tcp), in %% of one core\n"
@@ -120,6 +130,12 @@ bool parse(int argc, char** argv, Options& o) {
     else if (a == "--in-process") o.inProcess = true;
     else if (a == "--idle") o.idleSeconds = static_cast<int>(number());
     else if (a == "--memcpy") o.memcpyBytes = static_cast<size_t>(number());
+    else if (a == "--cuda-copy") o.cudaCopyBytes = static_cast<size_t>(number());
+    else if (a == "--tensor-type") {
+      std::string type = value();
+      if (type != "cpu" && type != "cuda") throw std::invalid_argument("unknown tensor type " + type);
+      o.shape.cudaTensors = type == "cuda";
+    }
     else if (a == "--poll-us") o.pollUs = static_cast<int>(number());
     else if (a == "--lanes") kMptLanes = static_cast<size_t>(number());
     else if (a == "-h" || a == "--help") return false;
@@ -330,6 +346,17 @@ int main(int argc, char** argv) {
   }
   if (o.idleSeconds > 0) return measureIdle(o);
   if (o.memcpyBytes > 0) return measureMemcpy(o);
+  if (o.cudaCopyBytes > 0) {
+    std::string error;
+    double us = cudaCopyMedianUs(o.cudaCopyBytes, o.iterations, error);
+    if (!error.empty()) {
+      std::fprintf(stderr, "actorpipe-bench: %s\n", error.c_str());
+      return 1;
+    }
+    std::printf("cudaMemcpyAsync device to device, %zu B: p50 %.1f us  %.1f GB/s\n", o.cudaCopyBytes, us,
+                o.cudaCopyBytes / us / 1e3);
+    return 0;
+  }
   auto makeContext = [&o](const std::string& name) {
     ContextOptions options;
     options.name(name);

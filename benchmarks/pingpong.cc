@@ -13,16 +13,39 @@
 #include <mutex>
 #include <thread>
 
+#include <actorpipe/runtime/cuda.h>
+
 namespace actorpipe::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Reusable memory for one side's messages: grown, never shrunk.
+// Reusable memory for one side's messages: grown, never shrunk. CUDA
+// tensors land in device memory (the stream is made on first use, after any
+// fork).
 struct Buffers {
   std::string metadata;
   std::vector<std::vector<uint8_t>> payloads;
   std::vector<std::vector<uint8_t>> tensors;
+  std::vector<std::pair<void*, size_t>> device;  // per tensor: memory, capacity
+  cudaStream_t stream{nullptr};
+
+  ~Buffers() {
+    for (auto& d : device) (void)cuda::release(d.first);
+    (void)cuda::destroyStream(stream);
+  }
+
+  void* deviceTensor(size_t i, size_t length) {
+    if (device.size() <= i) device.resize(i + 1, {nullptr, 0});
+    Error e;
+    if (stream == nullptr) stream = cuda::createStream(0, e);
+    if (device[i].second < length || device[i].first == nullptr) {
+      (void)cuda::release(device[i].first);
+      device[i] = {cuda::allocate(length, 0, e), length};
+    }
+    if (e) std::fprintf(stderr, "CUDA: %s\n", e.what().c_str());
+    return device[i].first;
+  }
 
   Allocation allocate(const Descriptor& d) {
     Allocation a;
@@ -33,6 +56,10 @@ struct Buffers {
       a.payloads.push_back({payloads[i].data()});
     }
     for (size_t i = 0; i < d.tensors.size(); ++i) {
+      if (d.tensors[i].sourceDevice.type == kCudaDeviceType) {
+        a.tensors.push_back({CudaBuffer{deviceTensor(i, d.tensors[i].length), stream, 0}});
+        continue;
+      }
       if (tensors[i].size() < d.tensors[i].length) tensors[i].resize(d.tensors[i].length);
       a.tensors.push_back({CpuBuffer{tensors[i].data()}});
     }
@@ -46,7 +73,11 @@ struct Buffers {
       m.payloads.push_back({payloads[i].data(), d.payloads[i].length, std::string()});
     }
     for (size_t i = 0; i < d.tensors.size(); ++i) {
-      m.tensors.push_back({CpuBuffer{tensors[i].data()}, d.tensors[i].length, nullopt, std::string()});
+      if (d.tensors[i].sourceDevice.type == kCudaDeviceType) {
+        m.tensors.push_back({CudaBuffer{device[i].first, stream, 0}, d.tensors[i].length, nullopt, std::string()});
+      } else {
+        m.tensors.push_back({CpuBuffer{tensors[i].data()}, d.tensors[i].length, nullopt, std::string()});
+      }
     }
     return m;
   }
@@ -113,6 +144,11 @@ struct Run : std::enable_shared_from_this<Run> {
   }
 
   void onData(const Descriptor& descriptor) {
+    if (shape.cudaTensors) {
+      // What a user of the tensor would do before using it (already
+      // complete here: a CUDA channel's read ends once the bytes landed).
+      if (auto e = cuda::synchronize(in.stream)) return fail("stream: " + e.what());
+    }
     auto elapsed = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (verify && !check(descriptor)) return fail("echoed data differs from what was sent");
     if (done >= warmup) samples.push_back(elapsed);
@@ -128,6 +164,12 @@ struct Run : std::enable_shared_from_this<Run> {
       if (std::memcmp(in.payloads[i].data(), out.payloads[i].data(), out.payloads[i].size()) != 0) return false;
     }
     for (size_t i = 0; i < out.tensors.size(); ++i) {
+      if (shape.cudaTensors) {
+        std::vector<uint8_t> got(out.tensors[i].size());
+        if (cuda::copy(got.data(), in.device[i].first, got.size())) return false;
+        if (got != out.tensors[i]) return false;
+        continue;
+      }
       if (std::memcmp(in.tensors[i].data(), out.tensors[i].data(), out.tensors[i].size()) != 0) return false;
     }
     return true;
@@ -151,7 +193,9 @@ double percentile(const std::vector<double>& sorted, double p) {
 std::string Shape::describe() const {
   std::string s = std::to_string(metadataSize) + " B metadata";
   if (payloads) s += ", " + std::to_string(payloads) + " x " + std::to_string(payloadSize) + " B payloads";
-  if (tensors) s += ", " + std::to_string(tensors) + " x " + std::to_string(tensorSize) + " B tensors";
+  if (tensors) {
+    s += ", " + std::to_string(tensors) + " x " + std::to_string(tensorSize) + (cudaTensors ? " B cuda tensors" : " B tensors");
+  }
   return s;
 }
 
@@ -196,8 +240,19 @@ Stats measure(Pipe& pipe, const Shape& shape, int warmup, int iterations, bool v
     fill(p, seed++);
     run.message.payloads.push_back({p.data(), p.size(), std::string()});
   }
-  for (auto& t : run.out.tensors) {
+  for (size_t i = 0; i < run.out.tensors.size(); ++i) {
+    auto& t = run.out.tensors[i];
     fill(t, seed++);
+    if (shape.cudaTensors) {
+      void* ptr = run.out.deviceTensor(i, t.size());
+      if (auto e = cuda::copy(ptr, t.data(), t.size())) {
+        Stats failed;
+        failed.error = "CUDA: " + e.what();
+        return failed;
+      }
+      run.message.tensors.push_back({CudaBuffer{ptr, run.out.stream, 0}, t.size(), nullopt, std::string()});
+      continue;
+    }
     run.message.tensors.push_back({CpuBuffer{t.data()}, t.size(), nullopt, std::string()});
   }
   run.samples.reserve(iterations);
@@ -220,6 +275,29 @@ Stats measure(Pipe& pipe, const Shape& shape, int warmup, int iterations, bool v
     stats.gigabytesPerSecond = shape.bytes() / (stats.p50 / 2) / 1e3;
   }
   return stats;
+}
+
+double cudaCopyMedianUs(size_t bytes, int iterations, std::string& error) {
+  Error e;
+  cudaStream_t stream = cuda::createStream(0, e);
+  void* a = e ? nullptr : cuda::allocate(bytes, 0, e);
+  void* b = e ? nullptr : cuda::allocate(bytes, 0, e);
+  std::vector<double> samples;
+  for (int i = 0; !e && i < iterations + 10; ++i) {
+    auto start = Clock::now();
+    e = cuda::copyAsync(b, a, bytes, stream);
+    if (!e) e = cuda::synchronize(stream);
+    if (i >= 10) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  (void)cuda::release(a);
+  (void)cuda::release(b);
+  (void)cuda::destroyStream(stream);
+  if (e) {
+    error = e.what();
+    return 0;
+  }
+  std::sort(samples.begin(), samples.end());
+  return percentile(samples, 0.5);
 }
 
 bool pinToCpu(int cpu) {

@@ -21,6 +21,10 @@ struct Shape {
   size_t payloadSize{0};
   int tensors{0};
   size_t tensorSize{0};
+  // Tensors in CUDA memory (device 0) on both sides. A round trip then ends
+  // once the client's stream is synchronised after the echo's read, as
+  // TensorPipe's benchmark_pipe --tensor-type=cuda measures it.
+  bool cudaTensors{false};
 
   // Bytes one message carries (metadata, payloads and tensors).
   size_t bytes() const { return metadataSize + payloads * payloadSize + tensors * tensorSize; }
@@ -59,6 +63,11 @@ Server forkEchoServer(const std::string& url, int pipes, int cpu,
                       const std::function<std::shared_ptr<Context>()>& makeContext,
                       const std::string& alsoListen = std::string());
 int waitServer(const Server& server);
+
+// The device-to-device copy ceiling: `bytes` copied by cudaMemcpyAsync on
+// one stream, synchronised, `iterations` times; median microseconds (0 with
+// `error` set where there is no CUDA).
+double cudaCopyMedianUs(size_t bytes, int iterations, std::string& error);
 
 // Pins the calling process (and threads it starts later) to one CPU.
 bool pinToCpu(int cpu);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/buffer.h>
 #include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
 
@@ -36,6 +37,15 @@ class Endpoint {
   virtual std::string send(const void* ptr, size_t length, done_fn done) = 0;
   // Receives the next buffer the peer sent, into `ptr`.
   virtual void recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) = 0;
+  // The same for any kind of buffer: channels of other devices (cuda_*)
+  // override these; CPU channels take the CPU pointer. A buffer whose kind
+  // the channel does not move fails with a LogicError.
+  virtual std::string sendBuffer(const Buffer& buffer, size_t length, done_fn done);
+  virtual void recvBuffer(const std::string& descriptor, const Buffer& buffer, size_t length, done_fn done);
+  // Whether this channel can send `buffer` (checked while the message is
+  // built, before anything is sent: a write with a tensor it cannot move
+  // fails alone, the pipe carries on). CPU channels take any CPU memory.
+  virtual Error checkBuffer(const Buffer& buffer, size_t length) { return Error(); }
   // Fails pending and later operations with `reason`. Any thread.
   virtual void close(const Error& reason) = 0;
   // Tensors shorter than this travel inline on the pipe's connection instead:

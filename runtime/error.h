@@ -236,4 +236,21 @@ class BackendDownError final : public BaseError {
   std::string reason_;
 };
 
+// A CUDA runtime call failed (or CUDA is not there: no support compiled
+// in, no driver, no device). `code()` is the cudaError_t value, 0 where no
+// call was made.
+class CudaError final : public BaseError {
+ public:
+  CudaError(std::string call, std::string reason, int code = 0)
+      : call_(std::move(call)), reason_(std::move(reason)), code_(code) {}
+  std::string what() const override {
+    return call_ + ": " + reason_ + (code_ != 0 ? " (cudaError " + std::to_string(code_) + ")" : "");
+  }
+  int code() const { return code_; }
+ private:
+  std::string call_;
+  std::string reason_;
+  int code_;
+};
+
 } // namespace actorpipe

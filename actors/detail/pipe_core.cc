@@ -324,9 +324,14 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transpo
     if (t.length > limits.maxTensorSize) {
       return ACTORPIPE_ERROR(LimitExceededError, "tensor", t.length, limits.maxTensorSize);
     }
+    const bool onCpu = device.type == kCpuDeviceType;
     const void* ptr = nullptr;
-    if (device.type == kCpuDeviceType && !t.buffer.empty()) {
-      ptr = std::as_const(t.buffer).unwrap<CpuBuffer>().ptr;
+    if (!t.buffer.empty()) {
+      if (onCpu) {
+        ptr = std::as_const(t.buffer).unwrap<CpuBuffer>().ptr;
+      } else if (device.type == kCudaDeviceType) {
+        ptr = std::as_const(t.buffer).unwrap<CudaBuffer>().ptr;
+      }
     }
     if (t.length > 0 && ptr == nullptr) {
       return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " has a length but no memory");
@@ -334,14 +339,22 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transpo
     total += t.length;
     frame.descriptor.tensors.push_back({t.length, device, t.targetDevice, t.metadata});
     channel::Endpoint* endpoint = endpointFor(it->second);
-    if (endpoint != nullptr && t.length < endpoint->inlineBelow()) {
+    if (endpoint != nullptr && onCpu && t.length < endpoint->inlineBelow()) {
       endpoint = nullptr;  // small: inline is cheaper
+    }
+    if (endpoint == nullptr && !onCpu) {
+      // The connection streams bytes from CPU memory only.
+      return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " is on " + device.toString() +
+                                             " and channel '" + it->second + "' moves tensors inline, from CPU memory");
+    }
+    if (!onCpu && t.length > 0) {
+      if (auto e = endpoint->checkBuffer(t.buffer, t.length)) return e;
     }
     frame.routes.push_back({it->second, endpoint == nullptr, std::string()});
     if (endpoint == nullptr) {
       inlineData.push_back({ptr, t.length});
     } else if (t.length > 0) {
-      outOfBand.push_back({endpoint, i, ptr, t.length});
+      outOfBand.push_back({endpoint, i, ptr, t.length, onCpu ? nullptr : &t.buffer});
     }
   }
   if (total > limits.maxMessageSize) {
@@ -387,14 +400,16 @@ void PipeCore::sendWrite(WriteOp& op) {
   };
   if (!outOfBand.empty()) {
     for (const auto& o : outOfBand) {
-      frame.routes[o.route].channelDescriptor =
-          o.endpoint->send(o.ptr, o.length, [self, complete](const Error& e) {
-            if (self->loop_->inLoop()) {
-              complete(e);
-            } else {
-              self->loop_->post([complete, e] { complete(e); });
-            }
-          });
+      auto done = [self, complete](const Error& e) {
+        if (self->loop_->inLoop()) {
+          complete(e);
+        } else {
+          self->loop_->post([complete, e] { complete(e); });
+        }
+      };
+      frame.routes[o.route].channelDescriptor = o.buffer == nullptr
+                                                    ? o.endpoint->send(o.ptr, o.length, std::move(done))
+                                                    : o.endpoint->sendBuffer(*o.buffer, o.length, std::move(done));
     }
     // A send that failed at once failed the pipe, and this write with it.
     if (error_) return;
@@ -487,6 +502,11 @@ void PipeCore::onFrame() {
                                                      " arrives on channel '" + route.channel +
                                                      "', which this pipe did not negotiate"));
     }
+    if (route.inlineData && frame_.descriptor.tensors[i].sourceDevice.type != kCpuDeviceType) {
+      return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) + " from " +
+                                                     frame_.descriptor.tensors[i].sourceDevice.toString() +
+                                                     " arrives inline (only CPU tensors can)"));
+    }
   }
   readState_ = ReadState::kAwaitingAllocation;
   DescriptorOp op = descriptorReads_.takeFront();
@@ -509,10 +529,17 @@ Error PipeCore::checkAllocation(const Allocation& allocation) const {
   }
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     if (d.tensors[i].length == 0) continue;
+    // A tensor lands on a device of the type it left from: the channel
+    // chosen for that type moves it (TensorPipe's rule too).
     const Buffer& b = allocation.tensors[i].buffer;
-    if (b.empty() || b.device().type != kCpuDeviceType || b.unwrap<CpuBuffer>().ptr == nullptr) {
-      return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) +
-                                             " of the allocation needs CPU memory (channel '" +
+    const std::string& type = d.tensors[i].sourceDevice.type;
+    const bool onCpu = type == kCpuDeviceType;
+    bool usable = !b.empty() && b.device().type == type;
+    if (usable && onCpu) usable = b.unwrap<CpuBuffer>().ptr != nullptr;
+    if (usable && type == kCudaDeviceType) usable = b.unwrap<CudaBuffer>().ptr != nullptr;
+    if (!usable) {
+      return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " of the allocation needs " +
+                                             (onCpu ? std::string("CPU") : type) + " memory (channel '" +
                                              frame_.routes[i].channel + "'), got " +
                                              (b.empty() ? std::string("none") : b.device().toString()));
     }
@@ -548,19 +575,22 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     size_t length;
     channel::Endpoint* endpoint;
     const std::string* descriptor;
+    const Buffer* buffer;  // tensors not on the CPU; read at once by recvBuffer
   };
   std::vector<Region> regions;
   for (size_t i = 0; i < d.payloads.size(); ++i) {
     if (d.payloads[i].length > 0) {
-      regions.push_back({allocation.payloads[i].data, d.payloads[i].length, nullptr, nullptr});
+      regions.push_back({allocation.payloads[i].data, d.payloads[i].length, nullptr, nullptr, nullptr});
     }
   }
   for (size_t i = 0; i < d.tensors.size(); ++i) {
     if (d.tensors[i].length > 0) {
       const auto& route = frame_.routes[i];
-      regions.push_back({std::as_const(allocation.tensors[i].buffer).unwrap<CpuBuffer>().ptr, d.tensors[i].length,
-                         route.inlineData ? nullptr : endpointFor(route.channel),
-                         &route.channelDescriptor});
+      const Buffer& buffer = allocation.tensors[i].buffer;
+      const bool onCpu = d.tensors[i].sourceDevice.type == kCpuDeviceType;
+      regions.push_back({onCpu ? std::as_const(buffer).unwrap<CpuBuffer>().ptr : nullptr, d.tensors[i].length,
+                         route.inlineData ? nullptr : endpointFor(route.channel), &route.channelDescriptor,
+                         onCpu ? nullptr : &buffer});
     }
   }
   auto self = shared_from_this();
@@ -585,13 +615,18 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     if (region.endpoint == nullptr) {
       connection_->read(region.ptr, region.length, complete);
     } else {
-      region.endpoint->recv(*region.descriptor, region.ptr, region.length, [self, complete](const Error& e) {
+      auto done = [self, complete](const Error& e) {
         if (self->loop_->inLoop()) {
           complete(e);
         } else {
           self->loop_->post([complete, e] { complete(e); });
         }
-      });
+      };
+      if (region.buffer == nullptr) {
+        region.endpoint->recv(*region.descriptor, region.ptr, region.length, std::move(done));
+      } else {
+        region.endpoint->recvBuffer(*region.descriptor, *region.buffer, region.length, std::move(done));
+      }
     }
   }
 }

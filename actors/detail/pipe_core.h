@@ -200,6 +200,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     size_t route;
     const void* ptr;
     size_t length;
+    const Buffer* buffer;  // the message's (lives in the WriteOp); for tensors not on the CPU
   };
   struct ReadOp {
     uint64_t seq{0};

@@ -9,8 +9,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
+#include <actorpipe/channels/detail/host_identity.h>
 #include <actorpipe/channels/detail/pull_endpoint.h>
 #include <actorpipe/runtime/device.h>
 
@@ -20,16 +20,7 @@ namespace {
 // What the acceptor reads out of the connector during the handshake.
 const char kProbe[] = "actorpipe cma probe";
 
-std::string nsInode(const char* path) {
-  struct stat st {};
-  return ::stat(path, &st) == 0 ? std::to_string(st.st_ino) : "?";
-}
-
-std::string readFirstWord(const char* path) {
-  std::string word;
-  std::ifstream(path) >> word;
-  return word;
-}
+using detail::readFirstWord;
 
 // Empty when cma can work from this process; otherwise why not.
 std::string whyNot() {
@@ -52,9 +43,7 @@ std::string whyNot() {
 class CmaContext final : public Context {
  public:
   CmaContext()
-      : domain_("cma/boot:" + readFirstWord("/proc/sys/kernel/random/boot_id") + "/uid:" +
-                std::to_string(::geteuid()) + "/userns:" + nsInode("/proc/self/ns/user") +
-                "/pidns:" + nsInode("/proc/self/ns/pid")),
+      : domain_(detail::sameHostDomain("cma")),
         whyNot_(whyNot()) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), "%d:%" PRIxPTR ":%zu", static_cast<int>(::getpid()),

@@ -21,6 +21,17 @@ bool field(const char*& at, const char* end, int base, uint64_t& value) {
 
 }  // namespace
 
+bool parseFields(const char* at, const char* end, const int* bases, size_t count, uint64_t* values) {
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) {
+      if (at == end || *at != ':') return false;
+      ++at;
+    }
+    if (!field(at, end, bases[i], values[i])) return false;
+  }
+  return at == end;
+}
+
 std::string formatPullDescriptor(const PullDescriptor& d, PullFormat format) {
   char buf[96];
   if (format == PullFormat::kInProcess) {
@@ -36,26 +47,14 @@ Error parsePullDescriptor(const std::string& text, PullFormat format, const std:
                           PullDescriptor& out) {
   const char* at = text.data();
   const char* end = at + text.size();
-  PullDescriptor d;
-  struct Field {
-    uint64_t* value;
-    int base;
-  };
-  Field fields[] = {{&d.seq, 10}, {&d.length, 10}, {&d.address, 16}, {&d.ack, 16}};
+  const int bases[] = {10, 10, 16, 16};
+  uint64_t values[4] = {0, 0, 0, 0};
   const size_t count = format == PullFormat::kInProcess ? 2 : 4;
-  bool ok = text.size() <= 80;
-  for (size_t i = 0; ok && i < count; ++i) {
-    if (i > 0) {
-      ok = at != end && *at == ':';
-      if (!ok) break;
-      ++at;
-    }
-    ok = field(at, end, fields[i].base, *fields[i].value);
-  }
-  if (!ok || at != end) {
+  const bool ok = text.size() <= 80 && parseFields(at, end, bases, count, values);
+  if (!ok) {
     return ACTORPIPE_ERROR(ProtocolError, "bad " + channel + " descriptor '" + text.substr(0, 80) + "'");
   }
-  out = d;
+  out = PullDescriptor{values[0], values[1], values[2], values[3]};
   return Error();
 }
 

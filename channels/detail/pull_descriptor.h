@@ -30,6 +30,9 @@ enum class PullFormat { kInProcess, kCrossProcess };
 std::string formatPullDescriptor(const PullDescriptor& d, PullFormat format);
 // Exactly the format's fields, digits only, no sign, no overflow, nothing
 // after: anything else is a ProtocolError naming `channel`.
+// The fields alone: exactly `count` of them, ':'-separated, each 1 to 20
+// digits of its base, and nothing after (also the CUDA channels' parser).
+bool parseFields(const char* at, const char* end, const int* bases, size_t count, uint64_t* values);
 Error parsePullDescriptor(const std::string& text, PullFormat format, const std::string& channel,
                           PullDescriptor& out);
 
