@@ -5,8 +5,8 @@
 // (CMake target actorpipe::tensorpipe: <tensorpipe/tensorpipe.h>,
 // <tensorpipe/core/pipe.h>, <tensorpipe/config.h>, ... exist there). Like
 // TensorPipe's umbrella header it brings every transport and channel and
-// TensorPipe's TENSORPIPE_HAS_* macros (its CUDA channels only with CUDA;
-// actorpipe has none yet).
+// TensorPipe's TENSORPIPE_HAS_* macros. As in TensorPipe, the CUDA channels
+// come with <tensorpipe/tensorpipe_cuda.h> (compat/tensorpipe/tensorpipe_cuda.h).
 #include <actorpipe/compat/tensorpipe/config.h>
 
 #include <actorpipe/channels/basic/factory.h>

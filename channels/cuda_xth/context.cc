@@ -1,11 +1,7 @@
 #include <actorpipe/channels/cuda_xth/factory.h>
 
-#include <utility>
-#include <vector>
-
+#include <actorpipe/channels/detail/cuda_context.h>
 #include <actorpipe/channels/detail/pairing.h>
-#include <actorpipe/runtime/cuda.h>
-#include <actorpipe/runtime/device.h>
 #ifdef ACTORPIPE_HAS_CUDA
 #include <actorpipe/channels/detail/cuda_endpoint.h>
 #endif
@@ -13,20 +9,9 @@
 namespace actorpipe::channel::cuda_xth {
 namespace {
 
-class CudaXthContext final : public Context {
+class CudaXthContext final : public detail::CudaContextBase {
  public:
-  const std::vector<std::string>& deviceTypes() const override { return deviceTypes_; }
-  // Whether the driver shows a GPU, asked without starting CUDA: a
-  // process starts CUDA only once it moves a CUDA tensor (a process that
-  // forks CUDA children must not start it early; one that moves none should
-  // not pay for it). Where the runtime then fails, that transfer fails with
-  // a CudaError.
-  bool isViable() const override { return cuda::driverShowsDevice(); }
-  const std::string& domainDescriptor() const override { return domain_; }
-  void setId(std::string id) override { id_ = std::move(id); }
-  void close() override {}
-  void join() override {}
-  bool sendsInline() const override { return false; }
+  CudaXthContext() : CudaContextBase(detail::processIdentity("cuda_xth"), "cuda_xth") {}
 
 #ifdef ACTORPIPE_HAS_CUDA
   std::shared_ptr<Endpoint> acceptEndpoint(std::string& setup, Error& error) override {
@@ -46,11 +31,6 @@ class CudaXthContext final : public Context {
     return endpoint;
   }
 #endif
-
- private:
-  std::vector<std::string> deviceTypes_{kCudaDeviceType};
-  std::string domain_{detail::processIdentity("cuda_xth")};
-  std::string id_{"cuda_xth"};
 };
 
 }  // namespace

@@ -1,10 +1,6 @@
 #include <actorpipe/channels/detail/cuda_endpoint.h>
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <actorpipe/channels/detail/ack_page.h>
 #include <actorpipe/channels/detail/pull_descriptor.h>
 #include <actorpipe/runtime/detail/check.h>
 #include <actorpipe/runtime/detail/cuda.h>
@@ -21,7 +18,6 @@ namespace actorpipe::channel::detail {
 namespace {
 
 using actorpipe::detail::cudaFailure;
-constexpr size_t kAckPage = 4096;
 // A copy still in flight after this long lets the loop sleep (and look
 // again every millisecond) instead of spinning on it.
 constexpr auto kSpinAtMost = std::chrono::milliseconds(2);
@@ -48,10 +44,6 @@ double usSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
 }
 
-bool exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) != 0;
-}
 
 Error bufferDevice(const CudaBuffer& buffer, int& device) {
   if (buffer.deviceIndex >= 0) {
@@ -68,24 +60,11 @@ CudaEndpoint::CudaEndpoint(Mode mode) : mode_(mode) {}
 std::shared_ptr<CudaEndpoint> CudaEndpoint::make(Mode mode, Error&) { return std::make_shared<CudaEndpoint>(mode); }
 
 // cuda_ipc's acknowledgement page, made at the first send (a pipe that
-// never sends a CUDA tensor holds no file for it). Sealed, so the peer that
-// maps it can trust its size (no SIGBUS from a page cut away under it).
-// Under mutex_.
+// never sends a CUDA tensor holds no file for it). Under mutex_.
 Error CudaEndpoint::ackPage() {
   if (ackFd_ >= 0) return Error();
-  int fd = static_cast<int>(::syscall(SYS_memfd_create, "actorpipe-cuda-ipc-ack", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (fd < 0) return ACTORPIPE_ERROR(SystemError, "memfd_create (cuda_ipc acknowledgements)", errno);
-  void* page = MAP_FAILED;
-  if (::ftruncate(fd, kAckPage) != 0 ||
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-      (page = ::mmap(nullptr, kAckPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-    int error = errno;
-    ::close(fd);
-    return ACTORPIPE_ERROR(SystemError, "cuda_ipc acknowledgement page", error);
-  }
-  ackFd_ = fd;
-  ackPage_ = page;
-  ack_.store(new (page) std::atomic<uint64_t>(0), std::memory_order_release);
+  if (auto e = makeAckPage(ackFd_, ackPage_)) return e;
+  ack_.store(new (ackPage_) std::atomic<uint64_t>(0), std::memory_order_release);
   return Error();
 }
 
@@ -94,7 +73,16 @@ Error CudaEndpoint::checkBuffer(const Buffer& buffer, size_t length) {
     return ACTORPIPE_ERROR(LogicError, std::string(name(mode_)) + " moves CUDA tensors, not tensors on " +
                                            buffer.device().toString());
   }
-  const CudaBuffer& cuda = buffer.unwrap<CudaBuffer>();
+  inspected_ = Inspected();  // always asked afresh here: memory may have been freed and reused since
+  return inspect(buffer.unwrap<CudaBuffer>(), length);
+}
+
+// Where the tensor lives, asked once per write: the pipe checks each CUDA
+// tensor (checkBuffer) right before it sends it (sendBuffer), which takes
+// what was learned then, once. Loop thread.
+Error CudaEndpoint::inspect(const CudaBuffer& cuda, size_t length) {
+  if (inspected_.ptr == cuda.ptr && inspected_.length == length) return Error();
+  inspected_ = Inspected();
   int device = 0;
   if (auto e = actorpipe::detail::deviceOfPointer(cuda.ptr, device)) return e;
   // The driver API needs the device's context current on this thread.
@@ -104,6 +92,7 @@ Error CudaEndpoint::checkBuffer(const Buffer& buffer, size_t length) {
   if (reinterpret_cast<uintptr_t>(cuda.ptr) + length > range.base + range.size) {
     return ACTORPIPE_ERROR(LogicError, "the tensor runs past the end of its CUDA allocation");
   }
+  inspected_ = Inspected{cuda.ptr, length, device, range};
   return Error();
 }
 
@@ -135,9 +124,9 @@ CudaEndpoint::~CudaEndpoint() {
 }
 
 void CudaEndpoint::closeFiles() {
-  if (ackPage_ != nullptr) ::munmap(ackPage_, kAckPage);
+  if (ackPage_ != nullptr) ::munmap(ackPage_, kAckPageSize);
   if (ackFd_ >= 0) ::close(ackFd_);
-  if (peerAckPage_ != nullptr) ::munmap(peerAckPage_, kAckPage);
+  if (peerAckPage_ != nullptr) ::munmap(peerAckPage_, kAckPageSize);
   if (pidfd_ >= 0) ::close(pidfd_);
   ackPage_ = peerAckPage_ = nullptr;
   ackFd_ = pidfd_ = -1;
@@ -189,13 +178,15 @@ std::string CudaEndpoint::sendBuffer(const Buffer& buffer, size_t length, done_f
   const CudaBuffer& cuda = buffer.unwrap<CudaBuffer>();
   Export e{0, cuda.ptr, length, 0, nullptr, -1, false, std::move(done)};
   std::string descriptor;
-  Error error;
   const auto started = std::chrono::steady_clock::now();
-  {
+  Error error = inspect(cuda, length);
+  const Inspected where = inspected_;
+  inspected_ = Inspected();  // used once: the next write asks again
+  if (!error) {
     std::lock_guard<std::mutex> guard(mutex_);
     error = error_;
-    if (!error) error = bufferDevice(cuda, e.device);
-    if (!error) error = describe(cuda.ptr, e.device, cuda.stream, e, descriptor);
+    e.device = where.device;
+    if (!error) error = describe(where.range, cuda.stream, e, descriptor);
     if (!error) exports_.push_back(std::move(e));
   }
   if (error) {
@@ -207,8 +198,9 @@ std::string CudaEndpoint::sendBuffer(const Buffer& buffer, size_t length, done_f
 }
 
 // Under mutex_.
-Error CudaEndpoint::describe(const void* ptr, int device, cudaStream_t stream, Export& e, std::string& descriptor) {
-  ACTORPIPE_CUDA_TRY(cudaSetDevice(device));
+Error CudaEndpoint::describe(const actorpipe::detail::AllocationRange& range, cudaStream_t stream, Export& e,
+                              std::string& descriptor) {
+  ACTORPIPE_CUDA_TRY(cudaSetDevice(e.device));
   e.seq = nextSeq_;
   if (mode_ == Mode::kInProcess) {
     Error error;
@@ -228,12 +220,7 @@ Error CudaEndpoint::describe(const void* ptr, int device, cudaStream_t stream, E
   d.seq = e.seq;
   d.length = e.length;
   d.ackFd = static_cast<uint64_t>(ackFd_);
-  actorpipe::detail::AllocationRange range;
-  if (auto error = actorpipe::detail::allocationOf(ptr, range)) return error;
-  const auto at = reinterpret_cast<uintptr_t>(ptr);
-  if (at + e.length > range.base + range.size) {
-    return ACTORPIPE_ERROR(LogicError, "the tensor runs past the end of its CUDA allocation");
-  }
+  const auto at = reinterpret_cast<uintptr_t>(e.ptr);  // inside `range`: inspect() checked
   // One memory handle per allocation, made once: a new allocation at the
   // same address has another buffer id, and gets its own.
   const ExportedAllocation* exported = nullptr;
@@ -403,7 +390,7 @@ Error CudaEndpoint::importIpc(const std::string& descriptor, Import& in) {
 }
 
 // The sender's acknowledgement page, opened once, in the process the
-// kernel names (see the header).
+// kernel names (ack_page.h).
 Error CudaEndpoint::bindPeer(uint64_t fd) {
   if (bound_) {
     if (!bindError_ && fd != peerAckFd_) {
@@ -414,39 +401,8 @@ Error CudaEndpoint::bindPeer(uint64_t fd) {
   }
   bound_ = true;
   peerAckFd_ = fd;
-  auto peer = lookup_ ? lookup_() : std::nullopt;
-  int file = -1;
-  if (!peer || peer->pid <= 0) {
-    bindError_ = ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the transport cannot tell which process the peer is");
-  } else if (peer->uid != ::geteuid()) {
-    bindError_ = ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the peer process runs as uid " + std::to_string(peer->uid) +
-                                                    ", this one as " + std::to_string(::geteuid()));
-  } else if ((pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, peer->pid, 0))) < 0) {
-    bindError_ = ACTORPIPE_ERROR(SystemError, "pidfd_open of the peer (pid " + std::to_string(peer->pid) + ")", errno);
-  } else {
-    std::string path = "/proc/" + std::to_string(peer->pid) + "/fd/" + std::to_string(fd);
-    file = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // a magic link: followed by design
-    struct stat st {};
-    int seals = file >= 0 ? ::fcntl(file, F_GET_SEALS) : -1;
-    if (file < 0) {
-      bindError_ = ACTORPIPE_ERROR(SystemError, "open " + path, errno);
-    } else if (exited(pidfd_)) {
-      bindError_ = ACTORPIPE_ERROR(EOFError);  // the peer exited: its pid may name another process now
-    } else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != static_cast<off_t>(kAckPage) ||
-               seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-      bindError_ = ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the peer's fd " + std::to_string(fd) +
-                                                      " is not a sealed acknowledgement page");
-    } else {
-      void* page = ::mmap(nullptr, kAckPage, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
-      if (page == MAP_FAILED) {
-        bindError_ = ACTORPIPE_ERROR(SystemError, "mmap of the peer's acknowledgement page", errno);
-      } else {
-        peerAckPage_ = page;
-        peerAck_ = static_cast<std::atomic<uint64_t>*>(page);
-      }
-    }
-  }
-  if (file >= 0) ::close(file);
+  bindError_ = mapPeerAckPage(lookup_ ? lookup_() : std::nullopt, fd, peerAckPage_, pidfd_);
+  if (!bindError_) peerAck_ = static_cast<std::atomic<uint64_t>*>(peerAckPage_);
   return bindError_;
 }
 

@@ -40,10 +40,8 @@
 // - cuda_ipc: name an allocation by handle (it can only name memory it can
 //   export itself) and an offset in it: offset + length is checked against
 //   the opened allocation's size before any copy. The acknowledgement page is
-//   named as a file descriptor *of the peer*: the receiver opens it through
-//   /proc only in the process the kernel says is at the other end of the
-//   pipe (SO_PEERCRED), only if it runs as our user, and only if it is a
-//   sealed page of the expected size (it cannot shrink under the mapping).
+//   named as a file descriptor *of the peer*, opened only in the process the
+//   kernel names, as our user, sealed, one page (ack_page.h).
 //   Sequence numbers, lengths, slots and descriptor syntax are checked
 //   strictly (cuda_descriptor.h; attacked in cuda_channels_test).
 //
@@ -65,6 +63,7 @@
 
 #include <actorpipe/channels/context.h>
 #include <actorpipe/channels/detail/cuda_descriptor.h>
+#include <actorpipe/runtime/detail/cuda.h>
 #include <actorpipe/runtime/detail/loop.h>
 
 namespace actorpipe::channel::detail {
@@ -154,7 +153,16 @@ class CudaEndpoint final : public Endpoint,
     cudaIpcMemHandle_t handle;
   };
 
-  Error describe(const void* ptr, int device, cudaStream_t stream, Export& e, std::string& descriptor);
+  // What inspect() learned about the tensor about to be sent.
+  struct Inspected {
+    const void* ptr{nullptr};
+    size_t length{0};
+    int device{0};
+    actorpipe::detail::AllocationRange range;
+  };
+  Error inspect(const CudaBuffer& cuda, size_t length);
+  Error describe(const actorpipe::detail::AllocationRange& range, cudaStream_t stream, Export& e,
+                 std::string& descriptor);
   Error importLinked(const std::string& descriptor, Import& in);
   Error importIpc(const std::string& descriptor, Import& in);
   Error bindPeer(uint64_t fd);
@@ -184,6 +192,8 @@ class CudaEndpoint final : public Endpoint,
   std::vector<cudaEvent_t> freeEvents_;  // plain events, for cuda_xth's readiness and every copy
   Slot slots_[kEventSlots];
   std::vector<ExportedAllocation> exported_;  // cuda_ipc: memory handles made, by allocation
+
+  Inspected inspected_;  // loop thread
 
   // Receiver's state, loop thread only.
   uint64_t expectedSeq_{1};

@@ -6,6 +6,10 @@
 
 #include <tensorpipe/channel/error.h>
 #include <tensorpipe/common/cpu_buffer.h>
+#include <tensorpipe/common/cuda_buffer.h>
+#include <tensorpipe/channel/cuda_ipc/factory.h>
+#include <tensorpipe/channel/cuda_xth/factory.h>
+#include <tensorpipe/tensorpipe_cuda.h>
 #include <tensorpipe/core/pipe.h>
 #include <tensorpipe/transport/error.h>
 #include <tensorpipe/transport/ibv/utility.h>
@@ -15,6 +19,7 @@
 #include <netinet/in.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -28,6 +33,10 @@
 
 #if !TENSORPIPE_HAS_SHM_TRANSPORT || !TENSORPIPE_HAS_CMA_CHANNEL || !TENSORPIPE_HAS_IBV_TRANSPORT
 #error "TensorPipe's tests register shm, cma and ibv only when these macros say they exist"
+#endif
+
+#if !TENSORPIPE_HAS_CUDA_IPC_CHANNEL
+#error "TensorPipe's users register cuda_ipc only when this macro says it exists"
 #endif
 
 using namespace tensorpipe;
@@ -243,4 +252,21 @@ TEST_CASE("transport::Context::canCommunicateWithRemote compares domain descript
   uv->join();
   shm->close();
   shm->join();
+}
+
+TEST_CASE("the CUDA channels under TensorPipe's names carry CUDA tensors only, and only where a GPU is") {
+  // As PyTorch's agent registers them; CPU tensors still take the CPU channels.
+  for (const auto& [name, channel] :
+       std::vector<std::pair<std::string, std::shared_ptr<channel::Context>>>{
+           {"cuda_ipc", channel::cuda_ipc::create()}, {"cuda_xth", channel::cuda_xth::create()}}) {
+    CAPTURE(name);
+    CHECK(channel->deviceTypes() == std::vector<std::string>{kCudaDeviceType});
+    CHECK_FALSE(channel->sendsInline());
+    // Asked without starting CUDA: on these machines (no GPU) never viable.
+    if (!std::ifstream("/proc/driver/nvidia/gpus").good() && !std::ifstream("/dev/nvidiactl").good()) {
+      CHECK_FALSE(channel->isViable());
+    }
+  }
+  CudaBuffer buffer{nullptr, nullptr, 1};
+  CHECK(Buffer(buffer).device() == Device(kCudaDeviceType, 1));
 }

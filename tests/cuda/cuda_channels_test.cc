@@ -6,9 +6,17 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <optional>
 #include <future>
 #include <thread>
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <actorpipe/channels/detail/ack_page.h>
 #include <actorpipe/channels/detail/cuda_descriptor.h>
 
 #include "cuda_support.h"
@@ -60,6 +68,63 @@ std::future<Error> writeFrom(Pipe& pipe, CudaMessage& from, const std::string& m
 }
 
 }  // namespace
+
+// Needs no device: the receiver's side of cuda_ipc's acknowledgement page
+// (ack_page.h) against a peer process that names the wrong things.
+TEST_CASE("cuda_ipc acknowledgement page: only a sealed page of the kernel-named peer is mapped") {
+  using namespace actorpipe::channel::detail;
+  Child peer = Child::spawn([](Child& self) {
+    int good = -1;
+    void* page = nullptr;
+    CHILD_CHECK(!makeAckPage(good, page));
+    auto memfd = [](size_t size, bool seal) {
+      int fd = static_cast<int>(::syscall(SYS_memfd_create, "forged", MFD_ALLOW_SEALING));
+      CHILD_CHECK(fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) == 0);
+      if (seal) CHILD_CHECK(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+      return fd;
+    };
+    int unsealed = memfd(kAckPageSize, false);  // could shrink under the mapping
+    int twoPages = memfd(2 * kAckPageSize, true);
+    int pipeFds[2];
+    CHILD_CHECK(::pipe(pipeFds) == 0);
+    self.send(std::to_string(good) + " " + std::to_string(unsealed) + " " + std::to_string(twoPages) + " " +
+              std::to_string(pipeFds[0]));
+    // Done when the parent's acknowledgement shows up in our page.
+    auto* word = static_cast<std::atomic<uint64_t>*>(page);
+    for (int i = 0; i < 10000 && word->load() != 42; ++i) ::usleep(1000);
+    return word->load() == 42 ? 0 : 5;
+  });
+  int good = -1, unsealed = -1, twoPages = -1, pipeFd = -1;
+  std::string fds = peer.receive();
+  REQUIRE(std::sscanf(fds.c_str(), "%d %d %d %d", &good, &unsealed, &twoPages, &pipeFd) == 4);
+  const actorpipe::detail::PeerProcess kernel{peer.pid(), ::geteuid()};
+  void* page = nullptr;
+  int pidfd = -1;
+  auto refused = [&](std::optional<actorpipe::detail::PeerProcess> who, uint64_t fd) {
+    Error e = mapPeerAckPage(who, fd, page, pidfd);
+    CHECK(page == nullptr);
+    CHECK(pidfd == -1);
+    return e;
+  };
+  CHECK(refused(kernel, static_cast<uint64_t>(unsealed)).isOfType<ProtocolError>());
+  CHECK(refused(kernel, static_cast<uint64_t>(twoPages)).isOfType<ProtocolError>());
+  CHECK(refused(kernel, static_cast<uint64_t>(pipeFd)).isOfType<ProtocolError>());
+  CHECK(refused(kernel, 999).isOfType<SystemError>());                       // no such fd there
+  CHECK(refused(kernel, uint64_t{1} << 40).isOfType<ProtocolError>());       // not an fd number
+  CHECK(refused(std::nullopt, static_cast<uint64_t>(good)).isOfType<ProtocolError>());  // tcp: nobody named
+  CHECK(refused(actorpipe::detail::PeerProcess{peer.pid(), ::geteuid() + 1}, static_cast<uint64_t>(good))
+            .isOfType<ProtocolError>());
+  // The right one, in the right process: our write lands in the peer's page.
+  REQUIRE(!mapPeerAckPage(kernel, static_cast<uint64_t>(good), page, pidfd));
+  static_cast<std::atomic<uint64_t>*>(page)->store(42);
+  CHECK(peer.wait() == 0);
+  ::munmap(page, kAckPageSize);
+  ::close(pidfd);
+  // Once the peer is gone, its pid names no one (or someone else): refused.
+  page = nullptr;
+  pidfd = -1;
+  CHECK(refused(kernel, static_cast<uint64_t>(good)));
+}
 
 TEST_CASE("cuda: the helpers fail with a CudaError where there is no device") {
   std::string why;

@@ -2,7 +2,8 @@
 // The rest of TensorPipe's names in namespace tensorpipe. Its classes are
 // defined there already (runtime/fwd.h says why); here its other top-level
 // names are declared into it one by one, and its transport:: and channel::
-// namespaces see actorpipe's (uv, shm, ibv, basic, xth, cma, mpt, their
+// namespaces see actorpipe's (uv, shm, ibv, basic, xth, cma, mpt, cuda_xth,
+// cuda_ipc, their
 // create() and errors). Not `using namespace actorpipe` at the top level: with
 // `using namespace tensorpipe;` in a user's file, `transport::uv::create()`
 // would then be ambiguous between tensorpipe::transport and
@@ -28,6 +29,7 @@ using ::actorpipe::PipeClosedError;
 using ::actorpipe::ShortReadError;
 using ::actorpipe::ShortWriteError;
 using ::actorpipe::SystemError;
+using ::actorpipe::CudaError;
 
 namespace transport {
 using namespace ::actorpipe::transport;

@@ -1,0 +1,85 @@
+#include <actorpipe/channels/detail/ack_page.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+namespace actorpipe::channel::detail {
+namespace {
+
+bool exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
+}  // namespace
+
+Error makeAckPage(int& fd, void*& page) {
+  int file = static_cast<int>(::syscall(SYS_memfd_create, "actorpipe-cuda-ipc-ack", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (file < 0) return ACTORPIPE_ERROR(SystemError, "memfd_create (cuda_ipc acknowledgements)", errno);
+  void* mapped = MAP_FAILED;
+  if (::ftruncate(file, kAckPageSize) != 0 ||
+      ::fcntl(file, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+      (mapped = ::mmap(nullptr, kAckPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0)) == MAP_FAILED) {
+    int error = errno;
+    ::close(file);
+    return ACTORPIPE_ERROR(SystemError, "cuda_ipc acknowledgement page", error);
+  }
+  fd = file;
+  page = mapped;
+  return Error();
+}
+
+Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, uint64_t fd, void*& page,
+                     int& pidfd) {
+  page = nullptr;
+  pidfd = -1;
+  if (!peer || peer->pid <= 0) {
+    return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the transport cannot tell which process the peer is");
+  }
+  if (peer->uid != ::geteuid()) {
+    return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the peer process runs as uid " + std::to_string(peer->uid) +
+                                              ", this one as " + std::to_string(::geteuid()));
+  }
+  if (fd > 0x7fffffff) return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: acknowledgement fd out of range");
+  int watch = static_cast<int>(::syscall(SYS_pidfd_open, peer->pid, 0));
+  if (watch < 0) {
+    return ACTORPIPE_ERROR(SystemError, "pidfd_open of the peer (pid " + std::to_string(peer->pid) + ")", errno);
+  }
+  const std::string path = "/proc/" + std::to_string(peer->pid) + "/fd/" + std::to_string(fd);
+  int file = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // a magic link: followed by design
+  Error error;
+  struct stat st {};
+  int seals = file >= 0 ? ::fcntl(file, F_GET_SEALS) : -1;
+  if (file < 0) {
+    error = ACTORPIPE_ERROR(SystemError, "open " + path, errno);
+  } else if (exited(watch)) {
+    error = ACTORPIPE_ERROR(EOFError);  // the peer exited: its pid may name another process now
+  } else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != static_cast<off_t>(kAckPageSize) ||
+             seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    error = ACTORPIPE_ERROR(ProtocolError,
+                            "cuda_ipc: the peer's fd " + std::to_string(fd) + " is not a sealed acknowledgement page");
+  } else {
+    void* mapped = ::mmap(nullptr, kAckPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+    if (mapped == MAP_FAILED) {
+      error = ACTORPIPE_ERROR(SystemError, "mmap of the peer's acknowledgement page", errno);
+    } else {
+      page = mapped;
+    }
+  }
+  if (file >= 0) ::close(file);
+  if (error) {
+    ::close(watch);
+  } else {
+    pidfd = watch;
+  }
+  return error;
+}
+
+} // namespace actorpipe::channel::detail

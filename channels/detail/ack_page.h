@@ -1,0 +1,32 @@
+#pragma once
+// cuda_ipc's acknowledgement page, both ends. The sender makes a sealed
+// one-page memfd and names it to the receiver by its fd number; the receiver
+// maps that fd of the peer process through /proc — a name the peer wrote,
+// so it is hostile: the page is opened only in the process the kernel names
+// at the other end of the pipe (`peer`, from SO_PEERCRED), only if that
+// process runs as our user, only while a pidfd taken first says it lives,
+// and only if the fd is a regular file of exactly one page sealed against
+// shrinking (nothing can cut it away under our mapping: no SIGBUS). A peer
+// can make us write 8 bytes into a page of its own, nothing else. No CUDA
+// here: tests/cuda/cuda_channels_test attacks it on any machine.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include <actorpipe/runtime/detail/peer_process.h>
+#include <actorpipe/runtime/error.h>
+
+namespace actorpipe::channel::detail {
+
+constexpr size_t kAckPageSize = 4096;
+
+// Sender: a sealed page, mapped read-write; `fd` stays open while the peer
+// may still open it.
+Error makeAckPage(int& fd, void*& page);
+
+// Receiver: maps the page the peer names as its fd `fd`. On success `page`
+// is mapped (kAckPageSize bytes) and `pidfd` watches the peer.
+Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, uint64_t fd, void*& page,
+                     int& pidfd);
+
+} // namespace actorpipe::channel::detail
