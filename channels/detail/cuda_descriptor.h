@@ -1,7 +1,7 @@
 #pragma once
 // What cuda_ipc's sender puts in the message frame for each tensor, and the
 // strict parser its receiver runs on it (every field is the peer's). No
-// CUDA here: the fuzz target links this file alone.
+// CUDA here: the fuzz target cuda_ipc_descriptor links this file alone.
 //
 //   "seq:length:offset:buffer:ackfd:slot:" then 128 hex digits (the memory
 //   handle) and 128 more (the event handle)

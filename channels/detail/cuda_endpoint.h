@@ -43,7 +43,7 @@
 //   named as a file descriptor *of the peer*, opened only in the process the
 //   kernel names, as our user, sealed, one page (ack_page.h).
 //   Sequence numbers, lengths, slots and descriptor syntax are checked
-//   strictly (cuda_descriptor.h; attacked in cuda_channels_test).
+//   strictly (cuda_descriptor.h; attacked in cuda_channels_test, fuzzed).
 //
 // Thread model: sendBuffer() on the pipe's loop, close() from any thread;
 // recvBuffer(), poll() and the Poller hooks on the loop thread. A cuda_xth

@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 here=$root/tests/fuzz
 build=${ACTORPIPE_FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${ACTORPIPE_FUZZ_SECONDS:-20}
-targets=(${ACTORPIPE_FUZZ_TARGETS:-frames hello welcome reject join message challenge auth url shm_address shm_ring pull_descriptor mpt_setup pipe_tensor group_link remote})
+targets=(${ACTORPIPE_FUZZ_TARGETS:-frames hello welcome reject join message challenge auth url shm_address shm_ring pull_descriptor cuda_ipc_descriptor mpt_setup pipe_tensor group_link remote})
 cxx=${ACTORPIPE_FUZZ_CXX:-clang++}
 
 if ! command -v "$cxx" >/dev/null 2>&1; then
