@@ -20,16 +20,17 @@ bool exited(int pidfd) {
 
 }  // namespace
 
-Error makeAckPage(int& fd, void*& page) {
-  int file = static_cast<int>(::syscall(SYS_memfd_create, "actorpipe-cuda-ipc-ack", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (file < 0) return ACTORPIPE_ERROR(SystemError, "memfd_create (cuda_ipc acknowledgements)", errno);
+Error makeAckPage(int& fd, void*& page, const char* purpose) {
+  const std::string name = std::string("actorpipe-") + purpose;
+  int file = static_cast<int>(::syscall(SYS_memfd_create, name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (file < 0) return ACTORPIPE_ERROR(SystemError, std::string("memfd_create (") + purpose + " page)", errno);
   void* mapped = MAP_FAILED;
   if (::ftruncate(file, kAckPageSize) != 0 ||
       ::fcntl(file, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
       (mapped = ::mmap(nullptr, kAckPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0)) == MAP_FAILED) {
     int error = errno;
     ::close(file);
-    return ACTORPIPE_ERROR(SystemError, "cuda_ipc acknowledgement page", error);
+    return ACTORPIPE_ERROR(SystemError, std::string(purpose) + " page", error);
   }
   fd = file;
   page = mapped;
@@ -37,17 +38,18 @@ Error makeAckPage(int& fd, void*& page) {
 }
 
 Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, uint64_t fd, void*& page,
-                     int& pidfd) {
+                     int& pidfd, const char* purpose) {
+  const std::string who = purpose;
   page = nullptr;
   pidfd = -1;
   if (!peer || peer->pid <= 0) {
-    return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the transport cannot tell which process the peer is");
+    return ACTORPIPE_ERROR(ProtocolError, who + ": the transport cannot tell which process the peer is");
   }
   if (peer->uid != ::geteuid()) {
-    return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: the peer process runs as uid " + std::to_string(peer->uid) +
+    return ACTORPIPE_ERROR(ProtocolError, who + ": the peer process runs as uid " + std::to_string(peer->uid) +
                                               ", this one as " + std::to_string(::geteuid()));
   }
-  if (fd > 0x7fffffff) return ACTORPIPE_ERROR(ProtocolError, "cuda_ipc: acknowledgement fd out of range");
+  if (fd > 0x7fffffff) return ACTORPIPE_ERROR(ProtocolError, who + ": page fd out of range");
   int watch = static_cast<int>(::syscall(SYS_pidfd_open, peer->pid, 0));
   if (watch < 0) {
     return ACTORPIPE_ERROR(SystemError, "pidfd_open of the peer (pid " + std::to_string(peer->pid) + ")", errno);
@@ -64,11 +66,11 @@ Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, 
   } else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != static_cast<off_t>(kAckPageSize) ||
              seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     error = ACTORPIPE_ERROR(ProtocolError,
-                            "cuda_ipc: the peer's fd " + std::to_string(fd) + " is not a sealed acknowledgement page");
+                            who + ": the peer's fd " + std::to_string(fd) + " is not a sealed one-page file");
   } else {
     void* mapped = ::mmap(nullptr, kAckPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
     if (mapped == MAP_FAILED) {
-      error = ACTORPIPE_ERROR(SystemError, "mmap of the peer's acknowledgement page", errno);
+      error = ACTORPIPE_ERROR(SystemError, "mmap of the peer's " + who + " page", errno);
     } else {
       page = mapped;
     }

@@ -1,5 +1,6 @@
 #pragma once
-// cuda_ipc's acknowledgement page, both ends. The sender makes a sealed
+// A page shared with the peer process, both ends: cuda_ipc's acknowledgement
+// page and cma's assist page (cma_assist.h). The sender makes a sealed
 // one-page memfd and names it to the receiver by its fd number; the receiver
 // maps that fd of the peer process through /proc — a name the peer wrote,
 // so it is hostile: the page is opened only in the process the kernel names
@@ -22,11 +23,12 @@ constexpr size_t kAckPageSize = 4096;
 
 // Sender: a sealed page, mapped read-write; `fd` stays open while the peer
 // may still open it.
-Error makeAckPage(int& fd, void*& page);
+// `purpose` names the page in errors (and the memfd).
+Error makeAckPage(int& fd, void*& page, const char* purpose = "cuda_ipc");
 
 // Receiver: maps the page the peer names as its fd `fd`. On success `page`
 // is mapped (kAckPageSize bytes) and `pidfd` watches the peer.
 Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, uint64_t fd, void*& page,
-                     int& pidfd);
+                     int& pidfd, const char* purpose = "cuda_ipc");
 
 } // namespace actorpipe::channel::detail

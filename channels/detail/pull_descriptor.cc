@@ -33,12 +33,12 @@ bool parseFields(const char* at, const char* end, const int* bases, size_t count
 }
 
 std::string formatPullDescriptor(const PullDescriptor& d, PullFormat format) {
-  char buf[96];
+  char buf[112];
   if (format == PullFormat::kInProcess) {
     std::snprintf(buf, sizeof(buf), "%" PRIu64 ":%" PRIu64, d.seq, d.length);
   } else {
-    std::snprintf(buf, sizeof(buf), "%" PRIu64 ":%" PRIu64 ":%" PRIx64 ":%" PRIx64, d.seq, d.length,
-                  d.address, d.ack);
+    std::snprintf(buf, sizeof(buf), "%" PRIu64 ":%" PRIu64 ":%" PRIx64 ":%" PRIx64 ":%" PRIu64, d.seq, d.length,
+                  d.address, d.ack, d.assist);
   }
   return buf;
 }
@@ -47,14 +47,14 @@ Error parsePullDescriptor(const std::string& text, PullFormat format, const std:
                           PullDescriptor& out) {
   const char* at = text.data();
   const char* end = at + text.size();
-  const int bases[] = {10, 10, 16, 16};
-  uint64_t values[4] = {0, 0, 0, 0};
-  const size_t count = format == PullFormat::kInProcess ? 2 : 4;
-  const bool ok = text.size() <= 80 && parseFields(at, end, bases, count, values);
+  const int bases[] = {10, 10, 16, 16, 10};
+  uint64_t values[5] = {0, 0, 0, 0, 0};
+  const size_t count = format == PullFormat::kInProcess ? 2 : 5;
+  const bool ok = text.size() <= 104 && parseFields(at, end, bases, count, values);
   if (!ok) {
     return ACTORPIPE_ERROR(ProtocolError, "bad " + channel + " descriptor '" + text.substr(0, 80) + "'");
   }
-  out = PullDescriptor{values[0], values[1], values[2], values[3]};
+  out = PullDescriptor{values[0], values[1], values[2], values[3], values[4]};
   return Error();
 }
 

@@ -5,7 +5,8 @@
 // links this file alone.
 //
 //   xth (one process):  "seq:length"                 decimal
-//   cma (one host):     "seq:length:address:ack"     decimal, decimal, hex, hex
+//   cma (one host):     "seq:length:address:ack:assist"
+//                       decimal, decimal, hex, hex, decimal
 //
 // xth names no address at all: the receiver finds the bytes in its linked
 // sender's table of pending exports by sequence number. cma must name
@@ -23,6 +24,7 @@ struct PullDescriptor {
   uint64_t length{0};
   uint64_t address{0};  // cma only
   uint64_t ack{0};      // cma only: the sender's acknowledgement word
+  uint64_t assist{0};   // cma only: the sender's assist page's fd + 1, or 0 (cma_assist.h)
 };
 
 enum class PullFormat { kInProcess, kCrossProcess };

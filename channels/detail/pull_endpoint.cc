@@ -1,14 +1,17 @@
 #include <actorpipe/channels/detail/pull_endpoint.h>
 
+#include <actorpipe/channels/detail/ack_page.h>
 #include <actorpipe/runtime/detail/check.h>
 
 #include <poll.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -147,6 +150,25 @@ bool exited(int pidfd) {
   return ::poll(&p, 1, 0) != 0;
 }
 
+// The sender's half of an assisted transfer, into the receiver's memory, in
+// pieces: before each, the receiver must still be the process `pidfd`
+// watches (a pid freed and reused would name a stranger), and `stop` unset.
+bool writeProcess(pid_t pid, int pidfd, const void* local, uint64_t remote, size_t length,
+                  const std::atomic<bool>& stop) {
+  constexpr size_t kPiece = size_t{4} << 20;
+  size_t done = 0;
+  while (done < length) {
+    if (stop.load(std::memory_order_relaxed) || exited(pidfd)) return false;
+    size_t n = std::min(kPiece, length - done);
+    iovec l{const_cast<uint8_t*>(static_cast<const uint8_t*>(local)) + done, n};
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), n};
+    ssize_t written = ::process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (written <= 0) return false;
+    done += static_cast<size_t>(written);
+  }
+  return true;
+}
+
 }  // namespace
 
 PullEndpoint::PullEndpoint(PullFormat format, std::string channel, size_t inlineBelow)
@@ -155,6 +177,9 @@ PullEndpoint::PullEndpoint(PullFormat format, std::string channel, size_t inline
 
 PullEndpoint::~PullEndpoint() {
   if (pidfd_ >= 0) ::close(pidfd_);
+  if (assistPage_ != nullptr) ::munmap(assistPage_, kAckPageSize);
+  if (assistFd_ >= 0) ::close(assistFd_);
+  if (peerAssist_ != nullptr) ::munmap(peerAssist_, kAckPageSize);
 }
 
 void PullEndpoint::link(const std::shared_ptr<PullEndpoint>& a, const std::shared_ptr<PullEndpoint>& b) {
@@ -174,6 +199,8 @@ void PullEndpoint::attach(actorpipe::detail::Loop& loop) {
 void PullEndpoint::setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) { lookup_ = std::move(lookup); }
 
 std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
+  // Before the lock: it may ask the connection who the peer is.
+  const uint64_t assist = offerAssist(length);
   std::lock_guard<std::mutex> guard(mutex_);
   if (error_) {
     done(error_);
@@ -184,8 +211,107 @@ std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
   d.length = length;
   d.address = reinterpret_cast<uintptr_t>(ptr);
   d.ack = reinterpret_cast<uintptr_t>(acked_);
+  d.assist = assist;
   pending_.push_back({d.seq, ptr, length, false, std::move(done)});
+  if (d.assist != 0 && !helperRunning_) {
+    helperRunning_ = true;
+    std::thread([self = shared_from_this()] { self->serveAssists(); }).detach();
+  }
   return formatPullDescriptor(d, format_);
+}
+
+uint64_t PullEndpoint::offerAssist(size_t length) {
+  if (format_ != PullFormat::kCrossProcess || length < kAssistAbove) return 0;
+  // The peer's identity and the page are bound on the loop thread (recv's
+  // state); the helper thread, started after, only reads them.
+  if (loop_ != nullptr && !loop_->inLoop()) return 0;
+  if (bindPeerProcess()) return 0;  // the read will say why
+  if (assistPage_ == nullptr) {
+    void* page = nullptr;
+    if (makeAckPage(assistFd_, page, "cma-assist")) return 0;  // the receiver reads alone
+    assistPage_ = new (page) AssistPage{};
+  }
+  return static_cast<uint64_t>(assistFd_) + 1;
+}
+
+bool PullEndpoint::assistWanted() const {
+  if (error_) return false;
+  for (const auto& p : pending_) {
+    if (p.length >= kAssistAbove && !p.assisted) return true;
+  }
+  return false;
+}
+
+// The sender's helper thread: serves the receiver's offers while large
+// transfers are pending (cma_assist.h).
+void PullEndpoint::serveAssists() {
+  AssistPage& page = *assistPage_;
+  for (;;) {
+    uint32_t state = page.state.load(std::memory_order_acquire);
+    if (state == AssistPage::kOffered &&
+        page.state.compare_exchange_strong(state, AssistPage::kClaimed, std::memory_order_acq_rel)) {
+      const bool ok = assist(page);
+      page.state.store(ok ? AssistPage::kDone : AssistPage::kFailed, std::memory_order_release);
+      futexWake(page.state);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (!assistWanted()) {
+        helperRunning_ = false;
+        return;
+      }
+    }
+    futexWait(page.state, state, std::chrono::milliseconds(20));
+  }
+}
+
+bool PullEndpoint::assist(AssistPage& page) {
+  // Read once: the peer may change them under us.
+  const uint64_t seq = page.seq.load(std::memory_order_relaxed);
+  const uint64_t dst = page.dst.load(std::memory_order_relaxed);
+  const uint64_t length = page.length.load(std::memory_order_relaxed);
+  const uint8_t* from = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (error_) return false;
+    for (auto& p : pending_) {
+      if (p.seq != seq) continue;
+      if (p.assisted || p.length != length || assistPieces(length) > 0xffffffffu) return false;
+      p.assisting = p.assisted = true;
+      from = static_cast<const uint8_t*>(p.ptr);
+      break;
+    }
+  }
+  if (from == nullptr) return false;  // no such transfer pending
+  const uint64_t pieces = assistPieces(length);
+  bool ok = true;
+  uint64_t wrote = 0;
+  // At most the transfer's pieces, whatever the cursor says.
+  while (ok && wrote < pieces) {
+    uint64_t cursor = page.cursor.load(std::memory_order_acquire);
+    const uint64_t front = AssistPage::front(cursor), back = AssistPage::back(cursor);
+    if (front >= back || back > pieces) break;  // all taken (or a cursor we do not believe)
+    if (!page.cursor.compare_exchange_weak(cursor, AssistPage::pack(front, back - 1), std::memory_order_acq_rel)) {
+      continue;
+    }
+    const uint64_t offset = (back - 1) * kAssistPiece;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kAssistPiece, length - offset));
+    ok = writeProcess(peerPid_, pidfd_, from + offset, dst + offset, n, closing_);
+    if (ok) {
+      page.written.fetch_add(1, std::memory_order_release);
+      countAssisted(n);
+    }
+    ++wrote;
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& p : pending_) {
+      if (p.seq == seq) p.assisting = false;
+    }
+  }
+  assistIdle_.notify_all();
+  return ok;
 }
 
 void PullEndpoint::recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) {
@@ -261,11 +387,88 @@ Error PullEndpoint::bindPeerProcess() {
   return bindError_;
 }
 
+AssistPage* PullEndpoint::peerAssistPage(uint64_t fd) {
+  if (peerAssistTried_) return fd == peerAssistFd_ ? peerAssist_ : nullptr;
+  peerAssistTried_ = true;
+  peerAssistFd_ = fd;
+  void* page = nullptr;
+  int pidfd = -1;
+  if (mapPeerAckPage(lookup_ ? lookup_() : std::nullopt, fd, page, pidfd, "cma assist")) {
+    return nullptr;  // read alone (the page was the peer's offer, not a need)
+  }
+  ::close(pidfd);  // pidfd_ watches the same process
+  peerAssist_ = static_cast<AssistPage*>(page);
+  return peerAssist_;
+}
+
+Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void* ptr, size_t length) {
+  auto* to = static_cast<uint8_t*>(ptr);
+  const uint64_t pieces = assistPieces(length);
+  auto copy = [&](uint64_t first, uint64_t end) {  // pieces [first, end) by ourselves
+    const uint64_t from = first * kAssistPiece, to_ = std::min<uint64_t>(end * kAssistPiece, length);
+    return from >= to_ ? Error() : readProcess(peerPid_, to + from, d.address + from, to_ - from);
+  };
+  const uint32_t before = page.state.load(std::memory_order_acquire);
+  if ((before != AssistPage::kIdle && before != AssistPage::kDone && before != AssistPage::kFailed) ||
+      pieces > 0xffffffffu) {
+    return copy(0, pieces);  // the sender is still in an offer (or the page is garbage): alone
+  }
+  page.seq.store(d.seq, std::memory_order_relaxed);
+  page.dst.store(reinterpret_cast<uintptr_t>(to), std::memory_order_relaxed);
+  page.length.store(length, std::memory_order_relaxed);
+  page.written.store(0, std::memory_order_relaxed);
+  page.cursor.store(AssistPage::pack(0, pieces), std::memory_order_relaxed);
+  page.state.store(AssistPage::kOffered, std::memory_order_release);
+  futexWake(page.state);
+  // Front pieces, each taken by our own compare-and-swap.
+  uint64_t next = 0;
+  Error error;
+  while (!error && next < pieces) {
+    uint64_t cursor = AssistPage::pack(next, AssistPage::back(page.cursor.load(std::memory_order_acquire)));
+    if (AssistPage::back(cursor) <= next) break;  // met the sender's pieces
+    if (!page.cursor.compare_exchange_weak(cursor, AssistPage::pack(next + 1, AssistPage::back(cursor)),
+                                           std::memory_order_acq_rel)) {
+      if (AssistPage::front(cursor) != next) break;  // moved under us: the rest is the sender's
+      continue;
+    }
+    error = copy(next, next + 1);
+    ++next;
+  }
+  const uint64_t share = pieces - next;  // the sender's pieces (or left by our error)
+  if (share == 0 || error) {
+    uint32_t offered = AssistPage::kOffered;
+    if (page.state.compare_exchange_strong(offered, AssistPage::kIdle, std::memory_order_acq_rel)) {
+      return error ? error : Error();  // the sender never came: nothing to wait for
+    }
+    if (share == 0) return Error();  // it came, found nothing to take, and will say Done
+  }
+  // The sender writes into our memory: report nothing until it is done,
+  // it died, or the bound passed.
+  const auto bound =
+      kAssistWaitBase + std::chrono::milliseconds(share * kAssistPiece / (kAssistWaitRate / 1000));
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  uint32_t state;
+  while ((state = page.state.load(std::memory_order_acquire)) == AssistPage::kClaimed ||
+         state == AssistPage::kOffered) {
+    if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);
+    if (std::chrono::steady_clock::now() > deadline) {
+      return ACTORPIPE_ERROR(TimeoutError, "cma: the peer's share of transfer " + std::to_string(d.seq),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(bound).count());
+    }
+    futexWait(page.state, state, std::chrono::milliseconds(1));
+  }
+  if (error) return error;
+  if (state == AssistPage::kDone && page.written.load(std::memory_order_acquire) >= share) return Error();
+  return copy(next, pieces);  // failed (or said so falsely): the share is ours
+}
+
 Error PullEndpoint::readPeerProcess(const PullDescriptor& d, void* ptr, size_t length) {
   if (auto e = bindPeerProcess()) return e;
-  Error e = splitCopy(length, [&](size_t offset, size_t n) {
-    return readProcess(peerPid_, static_cast<uint8_t*>(ptr) + offset, d.address + offset, n);
-  });
+  AssistPage* page = length >= kAssistAbove && d.assist != 0 ? peerAssistPage(d.assist - 1) : nullptr;
+  Error e = page != nullptr ? readAssisted(*page, d, ptr, length)
+                            : splitCopy(length, [&](size_t offset, size_t n) {
+                                return readProcess(peerPid_, static_cast<uint8_t*>(ptr) + offset, d.address + offset, n);
+                              });
   if (e) return e;
   if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);  // the peer process exited
   // Acknowledge before reporting: see the header. An aligned 8-byte write
@@ -286,7 +489,9 @@ bool PullEndpoint::poll() {
   std::vector<Pending> finished;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    while (!pending_.empty() && pending_.front().seq <= acked) {
+    // One the helper writes from stays until it is done (a peer may
+    // acknowledge early: its user must not free that memory yet).
+    while (!pending_.empty() && pending_.front().seq <= acked && !pending_.front().assisting) {
       finished.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
@@ -324,9 +529,18 @@ void PullEndpoint::closeInLoop(const Error& reason) {
   ACTORPIPE_DCHECK(loop_ == nullptr || loop_->ownsState());
   std::deque<Pending> failed;
   {
-    std::lock_guard<std::mutex> guard(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (error_) return;
-    error_ = reason;
+    error_ = reason;  // no new help starts
+    closing_.store(true, std::memory_order_relaxed);
+    // Failing a transfer lets its user free the memory: not while the
+    // helper writes from it (it stops at its next piece).
+    assistIdle_.wait(lock, [this] {
+      for (const auto& p : pending_) {
+        if (p.assisting) return false;
+      }
+      return true;
+    });
     failed.swap(pending_);
   }
   if (polled_) {

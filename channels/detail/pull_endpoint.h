@@ -24,13 +24,23 @@
 //   the first read tells if that process is gone (its pid may be reused).
 //   So a peer can make us read or write only its own memory.
 //
-// Thread model: send() and close() from any thread; recv(), poll() and the
-// Poller hooks on the loop thread. The receiver of xth copies while holding
-// its sender's mutex, so the sender cannot fail (and free) a transfer that
-// is being read.
+// cma copies large transfers from both ends at once: the receiver takes
+// pieces from the front, the sender's helper thread from the back, writing
+// them into the receiver's memory (cma_assist.h states that protocol and
+// what each side may do to the other).
+//
+// Thread model: send() and close() from any thread (send() offers help with
+// large cma transfers only when called on the loop thread, where the pipe
+// calls it, or when no loop is attached); recv(), poll() and the Poller
+// hooks on the loop thread; the cma sender's helper thread holds the
+// endpoint while it runs and retires when no large transfer is pending. The
+// receiver of xth copies while holding its sender's mutex, so the sender
+// cannot fail (and free) a transfer that is being read; a cma sender
+// neither completes nor fails a transfer its helper is writing from.
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -38,6 +48,7 @@
 #include <string>
 
 #include <actorpipe/channels/context.h>
+#include <actorpipe/channels/detail/cma_assist.h>
 #include <actorpipe/channels/detail/pull_descriptor.h>
 #include <actorpipe/runtime/detail/loop.h>
 
@@ -72,9 +83,19 @@ class PullEndpoint final : public Endpoint,
     size_t length;
     bool read;
     done_fn done;
+    bool assisting{false};  // cma: the helper writes from it now
+    bool assisted{false};   // cma: helped once already (a peer gets one offer per transfer)
   };
 
   void closeInLoop(const Error& reason);
+  // cma, sender: the assist page's fd + 1 for a transfer of `length`, or 0.
+  uint64_t offerAssist(size_t length);
+  void serveAssists();
+  bool assist(AssistPage& page);  // the helper's part of one offer
+  bool assistWanted() const;  // under mutex_
+  // cma, receiver.
+  AssistPage* peerAssistPage(uint64_t fd);
+  Error readAssisted(AssistPage& page, const PullDescriptor& d, void* ptr, size_t length);
   Error readLinked(const PullDescriptor& d, void* ptr, size_t length);
   Error readPeerProcess(const PullDescriptor& d, void* ptr, size_t length);
   Error bindPeerProcess();
@@ -91,6 +112,11 @@ class PullEndpoint final : public Endpoint,
   uint64_t nextSeq_{1};
   std::deque<Pending> pending_;
   Error error_;
+  int assistFd_{-1};
+  AssistPage* assistPage_{nullptr};
+  bool helperRunning_{false};
+  std::condition_variable assistIdle_;  // a close waits for the helper's write to end
+  std::atomic<bool> closing_{false};    // the helper stops between pieces
 
   // Receiver's state, loop thread only.
   uint64_t expectedSeq_{1};  // the peer's transfers arrive in order, each once
@@ -102,6 +128,9 @@ class PullEndpoint final : public Endpoint,
   Error bindError_;
   pid_t peerPid_{0};
   int pidfd_{-1};
+  AssistPage* peerAssist_{nullptr};
+  uint64_t peerAssistFd_{0};
+  bool peerAssistTried_{false};
 
   bool polled_{false};
   uint64_t wakeTimer_{0};

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (parsePullDescriptor(text, format, "fuzz", d)) continue;
     PullDescriptor again;
     if (parsePullDescriptor(formatPullDescriptor(d, format), format, "fuzz", again) ||
-        again.seq != d.seq || again.length != d.length || again.address != d.address || again.ack != d.ack) {
+        again.seq != d.seq || again.length != d.length || again.address != d.address || again.ack != d.ack || again.assist != d.assist) {
       std::abort();
     }
   }

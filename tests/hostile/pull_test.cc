@@ -135,16 +135,18 @@ TEST_CASE("pull descriptors: exactly their fields, digits only, no overflow") {
   CHECK(!parsePullDescriptor("1:65536", PullFormat::kInProcess, "xth", d));
   CHECK(d.seq == 1);
   CHECK(d.length == 65536);
-  CHECK(!parsePullDescriptor("7:4096:7f00a000:55d0c2a01040", PullFormat::kCrossProcess, "cma", d));
+  CHECK(!parsePullDescriptor("7:4096:7f00a000:55d0c2a01040:13", PullFormat::kCrossProcess, "cma", d));
   CHECK(d.address == 0x7f00a000);
   CHECK(d.ack == 0x55d0c2a01040);
+  CHECK(d.assist == 13);
   for (const char* bad : {"", ":", "1:", ":1", "1:2:3", "1:-2", "+1:2", " 1:2", "1:2 ", "0x1:2",
                           "18446744073709551616:1", "1:99999999999999999999", "1;2", "1:2\n"}) {
     CAPTURE(bad);
     CHECK(parsePullDescriptor(bad, PullFormat::kInProcess, "xth", d).isOfType<ProtocolError>());
   }
   // The old format named the sender's pid; nothing names a pid now.
-  for (const char* bad : {"1234:7f00:4096:7f08:1", "1:2:3", "1:2:g:1", "1:2:3:4:5", "1:2:12345678901234567:1"}) {
+  for (const char* bad : {"1234:7f00:4096:7f08", "1:2:3", "1:2:g:1:0", "1:2:3:4:5:6", "1:2:12345678901234567:1:0",
+                          "1:2:3:4", "1:2:3:4:a", "1:2:3:4:"}) {
     CAPTURE(bad);
     CHECK(parsePullDescriptor(bad, PullFormat::kCrossProcess, "cma", d).isOfType<ProtocolError>());
   }
@@ -197,7 +199,7 @@ TEST_CASE("cma: a peer that names another process's pid is not believed") {
   Victim victim = spawnVictim({"shm://"}, "shm", 2);
   const std::string detail =
       std::to_string(third.pid()) + victim.cmaDetail.substr(victim.cmaDetail.find(':'));
-  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, detail, "1:65536:1000:2000"});
+  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, detail, "1:65536:1000:2000:0"});
   Report r = nextReport(victim);
   CHECK(r.channel == "basic");
   CHECK_MESSAGE(r.notes.find("the kernel says pid " + std::to_string(attacker.pid())) != std::string::npos,
@@ -215,7 +217,7 @@ TEST_CASE("cma: a peer of another user is refused whatever uid it claims") {
   }
   Victim victim = spawnVictim({"shm://"}, "shm", 2);
   // It claims the victim's domain (uid 0); the kernel gives it away.
-  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, victim.cmaDetail, "1:65536:1000:2000"},
+  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, victim.cmaDetail, "1:65536:1000:2000:0"},
                                  /*asNobody=*/true);
   Report r = nextReport(victim);
   CHECK(r.channel == "basic");
@@ -233,7 +235,7 @@ TEST_CASE("cma: a peer that moves to shm from tcp is checked at its first read")
     return;
   }
   Victim victim = spawnVictim({"tcp://127.0.0.1:0", "shm://"}, "tcp", 2);
-  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, victim.cmaDetail, "1:65536:1000:2000"},
+  Child attacker = spawnAttacker(victim.url, "cma", Forgery{victim.cmaDomain, victim.cmaDetail, "1:65536:1000:2000:0"},
                                  /*asNobody=*/true);
   Report r = nextReport(victim);
   CHECK(r.transport == "shm");

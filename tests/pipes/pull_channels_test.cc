@@ -178,7 +178,7 @@ TEST_CASE("pull descriptors that do not parse or do not fit are protocol errors"
   std::vector<uint8_t> buffer(16);
   std::promise<Error> bad, wrongSize;
   endpoint->recv("nonsense", buffer.data(), buffer.size(), [&](const Error& e) { bad.set_value(e); });
-  endpoint->recv("1:99:0:0", buffer.data(), buffer.size(), [&](const Error& e) { wrongSize.set_value(e); });
+  endpoint->recv("1:99:0:0:0", buffer.data(), buffer.size(), [&](const Error& e) { wrongSize.set_value(e); });
   CHECK(bad.get_future().get().isOfType<ProtocolError>());
   CHECK(wrongSize.get_future().get().isOfType<ProtocolError>());
   endpoint->close(ACTORPIPE_ERROR(PipeClosedError));
