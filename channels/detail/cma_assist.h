@@ -42,14 +42,26 @@
 //   sender completes no transfer (its user may free the memory) while it
 //   writes from it, nor does close().
 // - A receiver trusts only the pieces its own compare-and-swaps gave it; a
-//   cursor moved under it ends its taking, and the rest is the sender's
-//   share. It waits for that share at most kAssistWaitBase plus its bytes at
-//   kAssistWaitRate; then the read fails (TimeoutError); a sender that exits
-//   fails it at once (EOFError). A sender that says Done without writing
-//   leaves the receiver with whatever bytes it wrote: what the sender sends
-//   is its to choose anyway. A peer running as our user could ptrace us;
-//   cma is chosen only between such peers (cma/context.cc), and this adds
-//   no power over our memory beyond that.
+//   cursor moved under it (or moving without end) ends its taking, and the
+//   rest is the sender's share. Once the cursor met, an honest sender has at
+//   most one piece in flight: the receiver waits kAssistWait for the share
+//   to be written (its loop blocked, as during its own copy), then the read
+//   fails (TimeoutError); a sender that exits fails it at once (EOFError). A
+//   sender that says Done without writing leaves the receiver with whatever
+//   bytes it wrote: what the sender sends is its to choose anyway. A peer
+//   running as our user could ptrace us; cma is chosen only between such
+//   peers (cma/context.cc), and this adds no power over our memory beyond
+//   that.
+// - A receiver chooses where the sender writes (its own memory), so it can
+//   make that write block (a userfaultfd or FUSE mapping): the helper
+//   thread then waits, never the sender's loop; a close fails every other
+//   transfer at once and leaves the one being written to the helper, which
+//   ends it when its write returns.
+// - What is left: a read that timed out reports while the sender's last
+//   piece may still be in its kernel copy (process_vm_writev runs to the end
+//   of its piece whatever stop signal comes; only a stall inside the kernel
+//   longer than kAssistWait, such as swapping under memory pressure, lands
+//   bytes after the report).
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -60,8 +72,11 @@ namespace actorpipe::channel::detail {
 // Transfers from this size up are copied from both ends.
 constexpr size_t kAssistAbove = size_t{4} << 20;
 constexpr size_t kAssistPiece = size_t{1} << 20;
-constexpr std::chrono::milliseconds kAssistWaitBase{2000};
-constexpr uint64_t kAssistWaitRate = 100ull << 20;  // bytes per second
+// How long a receiver waits for the sender's last piece once the cursor met.
+constexpr std::chrono::milliseconds kAssistWait{2000};
+// Compare-and-swaps either side may lose (beyond one per piece) before it
+// takes the cursor for a peer's doing and stops taking pieces.
+constexpr uint64_t kAssistLostRaces = 4096;
 
 struct AssistPage {
   enum State : uint32_t { kIdle = 0, kOffered = 1, kClaimed = 2, kDone = 3, kFailed = 4 };

@@ -287,12 +287,15 @@ bool PullEndpoint::assist(AssistPage& page) {
   const uint64_t pieces = assistPieces(length);
   bool ok = true;
   uint64_t wrote = 0;
-  // At most the transfer's pieces, whatever the cursor says.
-  while (ok && wrote < pieces) {
+  // At most the transfer's pieces, whatever the cursor says; a cursor that
+  // keeps moving under us (only a peer's doing) ends the help.
+  uint64_t lost = 0;
+  while (ok && wrote < pieces && !closing_.load(std::memory_order_relaxed)) {
     uint64_t cursor = page.cursor.load(std::memory_order_acquire);
     const uint64_t front = AssistPage::front(cursor), back = AssistPage::back(cursor);
     if (front >= back || back > pieces) break;  // all taken (or a cursor we do not believe)
     if (!page.cursor.compare_exchange_weak(cursor, AssistPage::pack(front, back - 1), std::memory_order_acq_rel)) {
+      if (++lost > kAssistLostRaces + pieces) break;
       continue;
     }
     const uint64_t offset = (back - 1) * kAssistPiece;
@@ -304,13 +307,23 @@ bool PullEndpoint::assist(AssistPage& page) {
     }
     ++wrote;
   }
+  done_fn closed;  // the transfer, if the endpoint closed while we wrote
+  Error reason;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    for (auto& p : pending_) {
-      if (p.seq == seq) p.assisting = false;
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      if (it->seq != seq) continue;
+      it->assisting = false;
+      if (error_) {
+        // Complete if the peer acknowledged it (it has the bytes), else fail.
+        reason = it->seq <= acked_->load(std::memory_order_acquire) ? Error() : error_;
+        closed = std::move(it->done);
+        pending_.erase(it);
+      }
+      break;
     }
   }
-  assistIdle_.notify_all();
+  if (closed) closed(reason);
   return ok;
 }
 
@@ -422,13 +435,15 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
   futexWake(page.state);
   // Front pieces, each taken by our own compare-and-swap.
   uint64_t next = 0;
+  uint64_t lost = 0;
   Error error;
   while (!error && next < pieces) {
     uint64_t cursor = AssistPage::pack(next, AssistPage::back(page.cursor.load(std::memory_order_acquire)));
     if (AssistPage::back(cursor) <= next) break;  // met the sender's pieces
     if (!page.cursor.compare_exchange_weak(cursor, AssistPage::pack(next + 1, AssistPage::back(cursor)),
                                            std::memory_order_acq_rel)) {
-      if (AssistPage::front(cursor) != next) break;  // moved under us: the rest is the sender's
+      // Moved under us, or moving without end: the rest is the sender's.
+      if (AssistPage::front(cursor) != next || ++lost > kAssistLostRaces + pieces) break;
       continue;
     }
     error = copy(next, next + 1);
@@ -443,9 +458,10 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
     if (share == 0) return Error();  // it came, found nothing to take, and will say Done
   }
   // The sender writes into our memory: report nothing until it is done,
-  // it died, or the bound passed.
-  const auto bound =
-      kAssistWaitBase + std::chrono::milliseconds(share * kAssistPiece / (kAssistWaitRate / 1000));
+  // it died, or the bound passed. Once the cursor met, an honest sender has
+  // at most one piece left to write (it takes one, writes it, takes the
+  // next): the bound is for that piece, not for the share.
+  const auto bound = kAssistWait;
   const auto deadline = std::chrono::steady_clock::now() + bound;
   uint32_t state;
   while ((state = page.state.load(std::memory_order_acquire)) == AssistPage::kClaimed ||
@@ -453,7 +469,7 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
     if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);
     if (std::chrono::steady_clock::now() > deadline) {
       return ACTORPIPE_ERROR(TimeoutError, "cma: the peer's share of transfer " + std::to_string(d.seq),
-                             std::chrono::duration_cast<std::chrono::milliseconds>(bound).count());
+                             static_cast<long long>(bound.count()));
     }
     futexWait(page.state, state, std::chrono::milliseconds(1));
   }
@@ -529,19 +545,17 @@ void PullEndpoint::closeInLoop(const Error& reason) {
   ACTORPIPE_DCHECK(loop_ == nullptr || loop_->ownsState());
   std::deque<Pending> failed;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> guard(mutex_);
     if (error_) return;
     error_ = reason;  // no new help starts
     closing_.store(true, std::memory_order_relaxed);
-    // Failing a transfer lets its user free the memory: not while the
-    // helper writes from it (it stops at its next piece).
-    assistIdle_.wait(lock, [this] {
-      for (const auto& p : pending_) {
-        if (p.assisting) return false;
-      }
-      return true;
-    });
-    failed.swap(pending_);
+    // Failing a transfer lets its user free the memory: not one the helper
+    // writes from. The helper ends that one when its write returns (never
+    // waited for here: the receiver picks where the helper writes, and
+    // could make that write block for as long as it likes).
+    std::deque<Pending> kept;
+    for (auto& p : pending_) (p.assisting ? kept : failed).push_back(std::move(p));
+    pending_.swap(kept);
   }
   if (polled_) {
     awake();

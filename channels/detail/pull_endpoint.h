@@ -29,18 +29,19 @@
 // them into the receiver's memory (cma_assist.h states that protocol and
 // what each side may do to the other).
 //
-// Thread model: send() and close() from any thread (send() offers help with
-// large cma transfers only when called on the loop thread, where the pipe
-// calls it, or when no loop is attached); recv(), poll() and the Poller
-// hooks on the loop thread; the cma sender's helper thread holds the
-// endpoint while it runs and retires when no large transfer is pending. The
-// receiver of xth copies while holding its sender's mutex, so the sender
-// cannot fail (and free) a transfer that is being read; a cma sender
-// neither completes nor fails a transfer its helper is writing from.
+// Thread model (with a loop attached; without one, as in unit tests, the
+// caller makes one call at a time): send() and close() from any thread
+// (send() offers help with large cma transfers only on the loop thread,
+// where the pipe calls it); recv(), poll() and the Poller hooks on the loop
+// thread; the cma sender's helper thread holds the endpoint while it runs
+// and retires when no large transfer is pending. The receiver of xth copies
+// while holding its sender's mutex, so the sender cannot fail (and free) a
+// transfer that is being read; a cma sender neither completes nor fails a
+// transfer its helper is writing from (the helper ends it if a close came
+// meanwhile).
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -115,7 +116,6 @@ class PullEndpoint final : public Endpoint,
   int assistFd_{-1};
   AssistPage* assistPage_{nullptr};
   bool helperRunning_{false};
-  std::condition_variable assistIdle_;  // a close waits for the helper's write to end
   std::atomic<bool> closing_{false};    // the helper stops between pieces
 
   // Receiver's state, loop thread only.
