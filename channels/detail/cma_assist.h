@@ -39,8 +39,9 @@
 //   pending transfer not yet acknowledged nor helped before, its length must
 //   be the transfer's, a piece must lie inside it, and at most the
 //   transfer's number of pieces are written whatever the cursor says. The
-//   sender completes no transfer (its user may free the memory) while it
-//   writes from it, nor does close().
+//   sender completes no transfer while it writes from it (a peer's early
+//   acknowledgement waits), so an open pipe never hands its user back
+//   memory under the write.
 // - A receiver trusts only the pieces its own compare-and-swaps gave it; a
 //   cursor moved under it (or moving without end) ends its taking, and the
 //   rest is the sender's share. Once the cursor met, an honest sender has at
@@ -54,14 +55,20 @@
 //   that.
 // - A receiver chooses where the sender writes (its own memory), so it can
 //   make that write block (a userfaultfd or FUSE mapping): the helper
-//   thread then waits, never the sender's loop; a close fails every other
-//   transfer at once and leaves the one being written to the helper, which
-//   ends it when its write returns.
+//   thread then waits, never the sender's loop. A close does not wait for
+//   it either: it fails every transfer at once (as the pipe above reports
+//   its writes failed at once when it fails), and the helper stops at the
+//   end of its current piece. Until then it may still read a failed
+//   transfer's memory, to send it to that same peer (which could also have
+//   pulled it itself with process_vm_readv after the failure, as any cma
+//   peer can: docs/architecture.md).
 // - What is left: a read that timed out reports while the sender's last
 //   piece may still be in its kernel copy (process_vm_writev runs to the end
 //   of its piece whatever stop signal comes; only a stall inside the kernel
 //   longer than kAssistWait, such as swapping under memory pressure, lands
-//   bytes after the report).
+//   bytes after the report). A receiver that stops taking pieces early (an
+//   error, a cursor moved under it) first takes back what the sender has not
+//   taken, so that wait is for one piece too.
 #include <atomic>
 #include <chrono>
 #include <cstddef>

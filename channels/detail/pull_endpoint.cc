@@ -307,23 +307,12 @@ bool PullEndpoint::assist(AssistPage& page) {
     }
     ++wrote;
   }
-  done_fn closed;  // the transfer, if the endpoint closed while we wrote
-  Error reason;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      if (it->seq != seq) continue;
-      it->assisting = false;
-      if (error_) {
-        // Complete if the peer acknowledged it (it has the bytes), else fail.
-        reason = it->seq <= acked_->load(std::memory_order_acquire) ? Error() : error_;
-        closed = std::move(it->done);
-        pending_.erase(it);
-      }
-      break;
+    for (auto& p : pending_) {
+      if (p.seq == seq) p.assisting = false;
     }
   }
-  if (closed) closed(reason);
   return ok;
 }
 
@@ -449,6 +438,28 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
     error = copy(next, next + 1);
     ++next;
   }
+  if (error || next < pieces) {
+    // Stopped early (an error, or a cursor moved under us): take what the
+    // sender has not taken yet, so that it writes no more than the piece it
+    // may be writing now (the wait below is bounded for one piece).
+    uint64_t cursor = page.cursor.load(std::memory_order_acquire);
+    for (uint64_t tries = 0; tries < kAssistLostRaces; ++tries) {
+      const uint64_t back = AssistPage::back(cursor);
+      if (AssistPage::front(cursor) >= back ||
+          page.cursor.compare_exchange_weak(cursor, AssistPage::pack(back, back), std::memory_order_acq_rel)) {
+        break;
+      }
+    }
+    if (!error) {
+      // What we took back is ours to copy: from `next` to where the sender's
+      // pieces start.
+      const uint64_t start = std::min<uint64_t>(AssistPage::back(page.cursor.load(std::memory_order_acquire)), pieces);
+      if (start > next) {
+        error = copy(next, start);
+        next = start;
+      }
+    }
+  }
   const uint64_t share = pieces - next;  // the sender's pieces (or left by our error)
   if (share == 0 || error) {
     uint32_t offered = AssistPage::kOffered;
@@ -548,14 +559,13 @@ void PullEndpoint::closeInLoop(const Error& reason) {
     std::lock_guard<std::mutex> guard(mutex_);
     if (error_) return;
     error_ = reason;  // no new help starts
+    // The helper stops at its next piece; never waited for here (the
+    // receiver picks where the helper writes and could make that write
+    // block for as long as it likes). A transfer failed now may still be
+    // read by the helper until that piece ends, as the pipe that closes us
+    // reports its writes failed at once anyway (cma_assist.h).
     closing_.store(true, std::memory_order_relaxed);
-    // Failing a transfer lets its user free the memory: not one the helper
-    // writes from. The helper ends that one when its write returns (never
-    // waited for here: the receiver picks where the helper writes, and
-    // could make that write block for as long as it likes).
-    std::deque<Pending> kept;
-    for (auto& p : pending_) (p.assisting ? kept : failed).push_back(std::move(p));
-    pending_.swap(kept);
+    failed.swap(pending_);
   }
   if (polled_) {
     awake();

@@ -36,9 +36,9 @@
 // thread; the cma sender's helper thread holds the endpoint while it runs
 // and retires when no large transfer is pending. The receiver of xth copies
 // while holding its sender's mutex, so the sender cannot fail (and free) a
-// transfer that is being read; a cma sender neither completes nor fails a
-// transfer its helper is writing from (the helper ends it if a close came
-// meanwhile).
+// transfer that is being read; a cma sender does not complete a transfer its
+// helper is writing from, and a close does not wait for the helper
+// (cma_assist.h: what it may still read then).
 #include <sys/types.h>
 
 #include <atomic>
