@@ -201,9 +201,11 @@ void PullEndpoint::setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {
 std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
   // Before the lock: it may ask the connection who the peer is.
   const uint64_t assist = offerAssist(length);
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (error_) {
-    done(error_);
+    Error e = error_;
+    lock.unlock();  // the callback may call us again
+    done(e);
     return std::string();
   }
   PullDescriptor d;
@@ -466,7 +468,7 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
     if (page.state.compare_exchange_strong(offered, AssistPage::kIdle, std::memory_order_acq_rel)) {
       return error ? error : Error();  // the sender never came: nothing to wait for
     }
-    if (share == 0) return Error();  // it came, found nothing to take, and will say Done
+    if (share == 0) return error;  // it came, found nothing to take, and will say Done
   }
   // The sender writes into our memory: report nothing until it is done,
   // it died, or the bound passed. Once the cursor met, an honest sender has

@@ -227,7 +227,11 @@ namespace {
 
 // A forged sender: its own page and memory, a descriptor naming them, and
 // `act` on the page once the receiver offers.
-enum class Forged { kHolds, kDies, kRefuses, kNeverAnswers };
+// kStealsFront moves the receiver's front two pieces on and takes the last
+// two, writes those and says Done; kClaimsOnly takes the offer and nothing
+// else, and its memory ends one piece early (the receiver's own read of it
+// fails).
+enum class Forged { kHolds, kDies, kRefuses, kNeverAnswers, kStealsFront, kClaimsOnly };
 
 Child spawnForgedSender(size_t length, Forged how) {
   return Child::spawn([length, how](Child& self) {
@@ -235,10 +239,13 @@ Child spawnForgedSender(size_t length, Forged how) {
     void* mapped = nullptr;
     CHILD_CHECK(!makeAckPage(fd, mapped, "cma-assist"));
     auto& page = *new (mapped) AssistPage{};
-    std::vector<uint8_t> memory(length);
+    auto* memory = static_cast<uint8_t*>(
+        ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    CHILD_CHECK(memory != MAP_FAILED);
     for (size_t i = 0; i < length; ++i) memory[i] = bytePattern(i, 9);
+    if (how == Forged::kClaimsOnly) CHILD_CHECK(::munmap(memory + length - kAssistPiece, kAssistPiece) == 0);
     static std::atomic<uint64_t> ack{0};
-    PullDescriptor d{1, length, reinterpret_cast<uintptr_t>(memory.data()), reinterpret_cast<uintptr_t>(&ack),
+    PullDescriptor d{1, length, reinterpret_cast<uintptr_t>(memory), reinterpret_cast<uintptr_t>(&ack),
                      static_cast<uint64_t>(fd) + 1};
     self.send(formatPullDescriptor(d, PullFormat::kCrossProcess));
     if (how != Forged::kNeverAnswers) {
@@ -253,6 +260,35 @@ Child spawnForgedSender(size_t length, Forged how) {
       if (!claimed) {
         self.send("late");
         return 0;
+      }
+      if (how == Forged::kClaimsOnly) {
+        self.send("claimed");
+        ::pause();  // until killed
+      }
+      if (how == Forged::kStealsFront) {
+        // Two pieces moved past the receiver's front, two taken from the back.
+        uint64_t cursor = page.cursor.load();
+        uint64_t front, back;
+        do {
+          front = AssistPage::front(cursor);
+          back = AssistPage::back(cursor);
+        } while (front + 4 < back &&
+                 !page.cursor.compare_exchange_weak(cursor, AssistPage::pack(front + 2, back - 2)));
+        uint32_t written = 0;
+        if (front + 4 < back) {
+          const uint64_t from = (back - 2) * kAssistPiece;
+          const size_t n = std::min<size_t>(2 * kAssistPiece, length - from);
+          iovec l{memory + from, n};
+          iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(page.dst.load() + from)), n};
+          CHILD_CHECK(::process_vm_writev(::getppid(), &l, 1, &r, 1, 0) == static_cast<ssize_t>(n));
+          written = 2;
+        }
+        page.written.store(written);
+        page.state.store(AssistPage::kDone);
+        futexWake(page.state);
+        self.send(written != 0 ? "claimed" : "late");
+        for (int i = 0; i < 20000 && ack.load() != 1; ++i) std::this_thread::sleep_for(1ms);
+        return ack.load() == 1 ? 0 : 4;
       }
       // Every piece the receiver has not taken yet becomes "ours".
       uint64_t cursor = page.cursor.load();
@@ -335,6 +371,34 @@ TEST_CASE("cma assist: a sender that dies with pieces taken fails the read at on
     CHECK_MESSAGE(o.error.isOfType<EOFError>(), o.error.what());
     CHECK(o.took < kAssistWait);
     sender.wait();
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("cma assist: pieces moved past the receiver's front are taken back and copied by the receiver") {
+  bool seen = false;
+  for (int attempt = 0; attempt < 8 && !seen; ++attempt) {
+    const size_t length = 64 * kMiB;
+    Child sender = spawnForgedSender(length, Forged::kStealsFront);
+    Outcome o = receiveFrom(sender, length);
+    CHECK_MESSAGE(!o.error, o.error.what());
+    CHECK(o.right);  // its own pieces, the two taken back, and the sender's two
+    seen = sender.receive() == "claimed";
+    CHECK(sender.wait() == 0);
+  }
+  CHECK(seen);
+}
+
+TEST_CASE("cma assist: a read whose own copy fails fails, whether or not the sender took the offer") {
+  bool seen = false;
+  for (int attempt = 0; attempt < 8 && !seen; ++attempt) {
+    const size_t length = 64 * kMiB;
+    Child sender = spawnForgedSender(length, Forged::kClaimsOnly);
+    Outcome o = receiveFrom(sender, length);
+    CHECK_MESSAGE(o.error.isOfType<SystemError>(), o.error.what());  // its last piece is not mapped
+    sender.kill(SIGKILL);  // first: it said "claimed" by now if it took the offer at all
+    sender.wait();
+    seen = sender.receive() == "claimed";
   }
   CHECK(seen);
 }
