@@ -1,6 +1,6 @@
 #pragma once
-// cma's two-ended copy: a large tensor is copied half by its receiver
-// (process_vm_readv, as always) and half by its sender (process_vm_writev
+// cma's two-ended copy: a large tensor is copied partly by its receiver
+// (process_vm_readv, as always) and partly by its sender (process_vm_writev
 // into the receiver's allocation), at once, each on its own process's CPU.
 // Why: a cma copy is bound by one CPU (page pinning plus the copy: ~7 GB/s
 // here, against ~12 GB/s for two threads' memcpy), the sender sits idle

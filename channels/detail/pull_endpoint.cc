@@ -150,18 +150,16 @@ bool exited(int pidfd) {
   return ::poll(&p, 1, 0) != 0;
 }
 
-// The sender's half of an assisted transfer, into the receiver's memory, in
-// pieces: before each, the receiver must still be the process `pidfd`
-// watches (a pid freed and reused would name a stranger), and `stop` unset.
+// One piece the sender writes for an assisted transfer, into the receiver's
+// memory: the receiver must still be the process `pidfd` watches (a pid
+// freed and reused would name a stranger), and `stop` unset.
 bool writeProcess(pid_t pid, int pidfd, const void* local, uint64_t remote, size_t length,
                   const std::atomic<bool>& stop) {
-  constexpr size_t kPiece = size_t{4} << 20;
   size_t done = 0;
-  while (done < length) {
+  while (done < length) {  // a short write goes on where it stopped
     if (stop.load(std::memory_order_relaxed) || exited(pidfd)) return false;
-    size_t n = std::min(kPiece, length - done);
-    iovec l{const_cast<uint8_t*>(static_cast<const uint8_t*>(local)) + done, n};
-    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), n};
+    iovec l{const_cast<uint8_t*>(static_cast<const uint8_t*>(local)) + done, length - done};
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), length - done};
     ssize_t written = ::process_vm_writev(pid, &l, 1, &r, 1, 0);
     if (written <= 0) return false;
     done += static_cast<size_t>(written);
