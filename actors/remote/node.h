@@ -92,8 +92,11 @@ struct NodeOptions {
   // The window: messages (and their bytes, tensors included) sent to one
   // peer node and not yet done with there (its actor has handled them). A
   // sender past it is held back until the peer catches up; a message
-  // larger than the whole window goes alone.
-  size_t windowMessages{1024};
+  // larger than the whole window goes alone. A link's batches take at most
+  // a sixteenth of the window's messages, so several are in flight while
+  // the peer works (4096: one-way small messages 0.6 -> 1.3 M/s over shm,
+  // docs/benchmarks.md).
+  size_t windowMessages{4096};
   size_t windowBytes{size_t{256} << 20};
   // Frames the window does not count, queued for a peer and not yet
   // written: answers to its lookups and to its messages for actors that are

@@ -54,6 +54,7 @@ struct Options {
   // (CAF's default; idle workers poll, then sleep in steps).
   std::string scheduler{"sharing"};
   std::string only;  // measure only the rows whose name contains it
+  int window{0};     // NodeOptions::windowMessages of both nodes (0: default)
 };
 
 Options gOptions;
@@ -124,6 +125,7 @@ remote::NodeOptions nodeOptions(bool shm) {
   options.listen = {"tcp://127.0.0.1:0"};
   if (shm) options.listen.push_back("shm://");
   options.backends.shm = shm;
+  if (gOptions.window > 0) options.windowMessages = gOptions.window;
   return options;
 }
 
@@ -272,12 +274,14 @@ int main(int argc, char** argv) {
     else if (a == "--json") o.json = true;
     else if (a == "--scheduler" && i + 1 < argc) o.scheduler = argv[++i];
     else if (a == "--only" && i + 1 < argc) o.only = argv[++i];
+    else if (a == "--window") o.window = next();
     else {
       std::fprintf(stderr,
                    "usage: actorpipe-remote-bench [--rounds R] [--iterations N] [--messages M]\n"
                    "                              [--tensor-iterations T] [--json]\n"
                    "                              [--scheduler stealing|sharing]\n"
-                   "                              [--only TEXT]  (rows whose name has TEXT)\n");
+                   "                              [--only TEXT]  (rows whose name has TEXT)\n"
+                   "                              [--window MESSAGES]  (both nodes' window)\n");
       return 2;
     }
   }

@@ -81,6 +81,13 @@ class Reader {
     p_ += n;
     return s;
   }
+  // `n` bytes where they are (valid while the input is); nullptr once failed.
+  const uint8_t* view(size_t n, const char* what) {
+    if (!need(n, what)) return nullptr;
+    const uint8_t* at = p_;
+    p_ += n;
+    return at;
+  }
   Device device() {
     Device d;
     d.type = str("device type");

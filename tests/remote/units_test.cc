@@ -98,6 +98,39 @@ TEST_CASE("frames round-trip and refuse what is not theirs") {
     zero.aid = 0;
     CHECK(decodeFrame(encodeFrame(zero), back));
   }
+  SUBCASE("INLINE: a message's bytes in the frame, bounded, no tensors") {
+    Frame small = message;
+    small.kind = Frame::Kind::kInline;
+    small.body = std::string("\x01\x02hello\0bytes", 13);
+    std::string encoded = encodeFrame(small);
+    REQUIRE(!decodeFrame(encoded, back));
+    CHECK(back.kind == Frame::Kind::kInline);
+    CHECK(back.source == 7);
+    CHECK(back.aid == 9);
+    CHECK(back.messageId == message.messageId);
+    CHECK(back.body == small.body);
+    for (size_t n = 0; n < encoded.size(); ++n) CHECK(decodeFrame(encoded.substr(0, n), back));
+    CHECK(decodeFrame(encoded + "x", back));
+    // A length past the frame's end is refused before anything is copied.
+    std::string longer = encoded;
+    longer[longer.size() - small.body.size() - 4] = char(0xff);
+    CHECK(decodeFrame(longer, back).what().find("inline message") != std::string::npos);
+    small.body.assign(kMaxInlineBytes, 'x');
+    CHECK(!decodeFrame(encodeFrame(small), back));
+    small.body.push_back('x');
+    CHECK(decodeFrame(encodeFrame(small), back).what().find("too long") != std::string::npos);
+    small.body = "x";
+    small.aid = 0;
+    CHECK(decodeFrame(encodeFrame(small), back));
+    small.aid = 9;
+    small.messageId = uint64_t{3} << caf::message_id::category_offset;
+    CHECK(decodeFrame(encodeFrame(small), back).what().find("stream") != std::string::npos);
+    small.messageId = message.messageId;
+    // It owns no tensors (they would come as a MESSAGE).
+    std::vector<BatchEntry> entries;
+    CHECK(!decodeBatch(encodeBatch({{encodeFrame(small), 0}}), entries));
+    CHECK(decodeBatch(encodeBatch({{encodeFrame(small), 1}}), entries));
+  }
   SUBCASE("LINK and UNLINK: both ids, neither 0, nothing after") {
     for (auto kind : {Frame::Kind::kLink, Frame::Kind::kUnlink}) {
       Frame link;

@@ -15,7 +15,8 @@ bool isPlainName(const std::string& text, size_t limit) {
 }
 
 std::string encodeFrame(const Frame& f) {
-  wire::Writer w(0, 40 + f.identity.size() + f.node.size() + f.name.size() + f.reason.size());
+  wire::Writer w(0, 40 + f.identity.size() + f.node.size() + f.name.size() + f.reason.size() +
+                      f.body.size());
   w.u8(kFrameVersion);
   w.u8(static_cast<uint8_t>(f.kind));
   switch (f.kind) {
@@ -41,6 +42,8 @@ std::string encodeFrame(const Frame& f) {
       w.u64(f.aid);
       w.u64(f.messageId);
       break;
+    case Frame::Kind::kInline:
+      return encodeInlineFrame(f, f.body.data(), f.body.size());
     case Frame::Kind::kDown:
       w.u64(f.aid);
       w.u8(f.code);
@@ -66,8 +69,24 @@ std::string encodeFrame(const Frame& f) {
   return w.take();
 }
 
+std::string encodeInlineFrame(const Frame& f, const char* bytes, size_t size) {
+  wire::Writer w(0, 32 + size);
+  w.u8(kFrameVersion);
+  w.u8(static_cast<uint8_t>(Frame::Kind::kInline));
+  w.u64(f.source);
+  w.u64(f.aid);
+  w.u64(f.messageId);
+  w.u32(static_cast<uint32_t>(size));
+  w.bytes().append(bytes, size);
+  return w.take();
+}
+
 Error decodeFrame(const std::string& bytes, Frame& f) {
-  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  return decodeFrame(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), f);
+}
+
+Error decodeFrame(const uint8_t* bytes, size_t size, Frame& f) {
+  wire::Reader r(bytes, size);
   uint8_t version = r.u8();
   uint8_t kind = r.u8();
   if (r.failed()) return r.finish("node");
@@ -107,11 +126,16 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
       }
       break;
     }
-    case uint8_t(Frame::Kind::kMessage): {
-      f.kind = Frame::Kind::kMessage;
+    case uint8_t(Frame::Kind::kMessage):
+    case uint8_t(Frame::Kind::kInline): {
+      f.kind = Frame::Kind(kind);
       f.source = r.u64();
       f.aid = r.u64();
       f.messageId = r.u64();
+      if (f.kind == Frame::Kind::kInline) {
+        f.body = r.str("inline message");  // no longer than the frame
+        if (!r.failed() && f.body.size() > kMaxInlineBytes) r.fail("inline message too long");
+      }
       caf::message_id mid(f.messageId);
       auto category = mid.category();
       if (!r.failed() && category != caf::message_id::urgent_message_category &&
@@ -177,12 +201,14 @@ Error decodeBatch(const std::string& bytes, std::vector<BatchEntry>& entries) {
   // tensor count.
   uint32_t n = r.count(10, kMaxBatchFrames, "batch");
   if (!r.failed() && n == 0) r.fail("empty batch");
+  entries.reserve(n);  // n is bounded by the bytes there are
   for (uint32_t i = 0; i < n && !r.failed(); ++i) {
-    std::string frame = r.str("frame");
+    uint32_t length = r.u32();
+    const uint8_t* frame = r.view(length, "frame");
     uint32_t tensors = r.u32();
     if (r.failed()) break;
     entries.emplace_back();
-    if (Error bad = decodeFrame(frame, entries.back().frame)) return bad;
+    if (Error bad = decodeFrame(frame, length, entries.back().frame)) return bad;
     if (entries.back().frame.kind != Frame::Kind::kMessage && tensors != 0) {
       r.fail("tensors on a frame that is not a MESSAGE");
     }

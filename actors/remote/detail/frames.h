@@ -9,6 +9,16 @@
 //   FOUND    request, aid, interface  0 = nothing under that name
 //   MESSAGE  source aid, target aid, message id   + 1 payload (CAF bytes)
 //                                                 + the message's tensors
+//   INLINE   source aid, target aid, message id,  a MESSAGE whose CAF bytes
+//            bytes                                (at most kMaxInlineBytes)
+//                                                 ride in the frame: no
+//                                                 payload, no tensors. Most
+//                                                 actor messages are small,
+//                                                 and a batch of INLINEs and
+//                                                 control frames is handled
+//                                                 as its descriptor arrives
+//                                                 (the pipe's read has
+//                                                 nothing to bring)
 //   DOWN     aid, reason              an actor the peer may hold is gone
 //   BEAT                              nothing else was sent for a while
 //   BYE                               the node leaves on purpose: its
@@ -49,6 +59,7 @@ constexpr size_t kMaxReasonLength = 4096;
 constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
 constexpr size_t kMaxBatchFrames = 1024;
+constexpr size_t kMaxInlineBytes = 1024;
 
 struct Frame {
   enum class Kind : uint8_t {
@@ -63,6 +74,7 @@ struct Frame {
     kLink = 9,
     kUnlink = 10,
     kWatch = 11,
+    kInline = 12,
   };
   Kind kind{Kind::kBeat};
   // kHello
@@ -77,11 +89,14 @@ struct Frame {
   uint64_t request{0};
   std::string name;
   std::vector<std::string> interface;
-  // kFound, kMessage (target), kDown, kLink and kUnlink (target), kWatch
+  // kFound, kMessage and kInline (target), kDown, kLink and kUnlink
+  // (target), kWatch
   uint64_t aid{0};
-  // kMessage, kLink, kUnlink
+  // kMessage, kInline, kLink, kUnlink
   uint64_t source{0};
   uint64_t messageId{0};
+  // kInline: the message's CAF bytes
+  std::string body;
   // kDown: the actor's exit reason as CAF has it
   uint8_t code{0};
   uint64_t category{0};
@@ -89,7 +104,11 @@ struct Frame {
 };
 
 std::string encodeFrame(const Frame& frame);
+// An INLINE frame of `frame`'s source, target and message id with these
+// bytes (encodeFrame's, without copying them into a Frame first).
+std::string encodeInlineFrame(const Frame& frame, const char* bytes, size_t size);
 Error decodeFrame(const std::string& bytes, Frame& frame);
+Error decodeFrame(const uint8_t* bytes, size_t size, Frame& frame);
 
 struct BatchEntry {
   Frame frame;

@@ -167,12 +167,15 @@ class Link : public std::enable_shared_from_this<Link> {
 
  private:
   void readNext();
-  // A MESSAGE's payload and tensors as read, and its bytes in all.
+  // A MESSAGE's payload and tensors as read, and its bytes in all (an
+  // INLINE's bytes are in its frame).
   struct Incoming {
     std::vector<char> payload;
     std::vector<Tensor> tensors;
     size_t bytes{0};
   };
+  // A read batch's frames, in order, on the loop that read them.
+  void deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& incoming);
   // A frame waiting for the pipe write in flight to finish.
   struct Queued {
     std::string frame;
@@ -202,6 +205,8 @@ class Link : public std::enable_shared_from_this<Link> {
   // other frame counts against maxQueuedControlBytes until it is written.
   void write(const Frame& frame, std::shared_ptr<struct Outgoing> body = nullptr,
              bool windowed = false);
+  void writeEncoded(std::string frame, std::shared_ptr<struct Outgoing> body, bool bye,
+                    bool windowed);
   caf::strong_actor_ptr proxyFor(caf::actor_id aid);
   void onLink(caf::actor_id source, caf::actor_id target, bool link);
   // The peer holds a handle of our actor `aid` (it came in a message).
