@@ -142,6 +142,55 @@ Child servingChild(std::string& url) {
 
 } // namespace
 
+TEST_CASE("small (INLINE), large and tensor messages sent back to back arrive in order") {
+  // One sender, three shapes on the wire: INLINE frames (delivered as their
+  // descriptor is read), MESSAGEs with a payload and MESSAGEs with a tensor
+  // (delivered once their read completes). Sent without waiting, so batches
+  // mix them.
+  TestNode server;
+  auto seen = std::make_shared<std::vector<int32_t>>();
+  auto done = std::make_shared<std::promise<void>>();
+  constexpr int32_t kCount = 3000;
+  auto recorder = server.system().spawn([seen, done](caf::event_based_actor*) -> caf::behavior {
+    auto note = [seen, done](int32_t i) {
+      seen->push_back(i);
+      if (seen->size() == size_t(kCount)) done->set_value();
+    };
+    return {
+        [note](int32_t i) { note(i); },
+        [note](int32_t i, const std::string& big) {
+          CHECK(big.size() == 4000);
+          note(i);
+        },
+        [note](int32_t i, const Tensor& t) {
+          CHECK(t.numel() == 16);
+          note(i);
+        },
+    };
+  });
+  REQUIRE(!server.node().publish(recorder, "recorder"));
+  TestNode client;
+  auto target = client.node().remoteActor(server.node().url("shm"), "recorder");
+  REQUIRE_MESSAGE(target, render(client.system(), target.error()));
+  caf::scoped_actor self{client.system()};
+  std::string big(4000, 'x');
+  Tensor t = Tensor::full<float>({16}, 1.0f);
+  for (int32_t i = 0; i < kCount; ++i) {
+    if (i % 7 == 3) {
+      self->send(*target, i, big);
+    } else if (i % 11 == 5) {
+      self->send(*target, i, t);
+    } else {
+      self->send(*target, i);
+    }
+  }
+  REQUIRE(done->get_future().wait_for(30s) == std::future_status::ready);
+  bool ordered = true;
+  for (int32_t i = 0; i < kCount; ++i) ordered = ordered && (*seen)[i] == i;
+  CHECK(ordered);
+  caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("request and reply with tensors of several dtypes and sizes, in order") {
   TestNode server;
   publishAll(server);

@@ -81,7 +81,7 @@ TEST_CASE("frames round-trip and refuse what is not theirs") {
   }
   SUBCASE("trailing bytes") { CHECK(decodeFrame(bytes + "x", back)); }
   SUBCASE("another version") {
-    bytes[0] = 2;
+    bytes[0] = 1;  // the version before INLINE
     CHECK(decodeFrame(bytes, back));
   }
   SUBCASE("unknown kind") {
@@ -240,6 +240,74 @@ TEST_CASE("messages with tensors round-trip; each tensor is put back once") {
       CAPTURE(n);
       CHECK(decodeMessage(system, encoded.bytes.data(), n, encoded.tensors, out));
     }
+  }
+}
+
+TEST_CASE("plain values take the compact form, anything else CAF's; both decode strictly") {
+  System s;
+  auto& system = *s.system;
+  caf::message all = caf::make_message(
+      true, int8_t(-8), int16_t(-16), int32_t(-32), int64_t(-64), uint8_t(8), uint16_t(16),
+      uint32_t(32), uint64_t(64), 1.5f, -2.25, std::string("text\0with a zero", 16),
+      caf::atom("compact"), false);
+  EncodedMessage encoded;
+  REQUIRE(!encodeMessage(system, all, encoded));
+  REQUIRE(!encoded.bytes.empty());
+  CHECK(uint8_t(encoded.bytes[0]) == 0xA5);  // compact; CAF's form starts with 0
+  caf::message out;
+  REQUIRE(!decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), {}, out));
+  REQUIRE(out.match_elements<bool, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+                             uint32_t, uint64_t, float, double, std::string, caf::atom_value,
+                             bool>());
+  CHECK(caf::to_string(out) == caf::to_string(all));
+  // One element: made as CAF makes it (what a behavior's int64 handler takes).
+  REQUIRE(!encodeMessage(system, caf::make_message(int64_t(1) << 40), encoded));
+  CHECK(encoded.bytes.size() == 11);
+  REQUIRE(!decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), {}, out));
+  REQUIRE(out.match_elements<int64_t>());
+  CHECK(out.get_as<int64_t>(0) == int64_t(1) << 40);
+
+  SUBCASE("other types, and more than 16 elements, go in CAF's form") {
+    for (const caf::message& m :
+         {caf::make_message(std::vector<std::string>{"a", "b"}), caf::make_message(int32_t(1), Tensor()),
+          caf::make_message(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)}) {
+      REQUIRE(!encodeMessage(system, m, encoded));
+      CHECK(encoded.bytes.at(0) == 0);
+      REQUIRE(!decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(), {}, out));
+      CHECK(caf::to_string(out) == caf::to_string(m));
+    }
+  }
+  SUBCASE("every truncation, trailing bytes, tensors beside it") {
+    REQUIRE(!encodeMessage(system, all, encoded));
+    for (size_t n = 0; n < encoded.bytes.size(); ++n) {
+      CAPTURE(n);
+      CHECK(decodeMessage(system, encoded.bytes.data(), n, {}, out));
+    }
+    std::vector<char> longer = encoded.bytes;
+    longer.push_back(0);
+    CHECK(decodeMessage(system, longer.data(), longer.size(), {}, out).what().find("trailing") !=
+          std::string::npos);
+    CHECK(decodeMessage(system, encoded.bytes.data(), encoded.bytes.size(),
+                        {Tensor::zeros({1}, DType::kUint8)}, out)
+              .what()
+              .find("tensors") != std::string::npos);
+  }
+  SUBCASE("hand-made: counts, tags, a bool that is neither, a string past the end") {
+    auto bad = [&](std::string bytes) {
+      return decodeMessage(system, bytes.data(), bytes.size(), {}, out);
+    };
+    using namespace std::string_literals;
+    CHECK(!bad("\xA5\x01\x03\x07\x00\x00\x00"s));   // one int32: 7
+    CHECK(out.get_as<int32_t>(0) == 7);
+    CHECK(bad("\xA5\x00"s));                          // no elements
+    CHECK(bad("\xA5\x11"s + std::string(17 * 2, '\0')));  // 17 bools
+    CHECK(bad("\xA5\x01\x0d"s));                      // unknown tag 13
+    CHECK(bad("\xA5\x01\xff"s));
+    CHECK(bad("\xA5\x01\x00\x02"s));                  // a bool of 2
+    CHECK(!bad("\xA5\x01\x0b\x03\x00\x00\x00" "abc"s));
+    // A string claiming 4 GiB in 3 bytes: refused before anything is copied.
+    CHECK(bad("\xA5\x01\x0b\xff\xff\xff\xff" "abc"s));
+    CHECK(bad("\xA5\x02\x0b\x03\x00\x00\x00" "ab"s));
   }
 }
 

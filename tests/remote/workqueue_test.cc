@@ -342,7 +342,7 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
   }
   // Every request is answered: a job status for the first
   // kMaxWorkersPerNode senders, an error for the rest, false for the answer.
-  size_t jobs = 0, refused = 0, falses = 0;
+  size_t jobs = 0, refused = 0, falses = 0, inlined = 0;
   while (jobs + refused + falses < senders + 1) {
     auto got = testing::readSync(*pipe, 10s);
     REQUIRE(!got.error);
@@ -355,6 +355,7 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
       std::string bytes;
       if (entry.frame.kind == Frame::Kind::kInline) {
         bytes = entry.frame.body;
+        ++inlined;
       } else if (entry.frame.kind == Frame::Kind::kMessage) {
         const auto& payload = got.storage.payloads.at(payloads++);
         bytes.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
@@ -378,6 +379,7 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
   CHECK(jobs == kMaxWorkersPerNode);
   CHECK(refused == 8);
   CHECK(falses == 1);
+  CHECK(inlined > 0);  // an actor's small answers ride in their frames
   pipe->close();
   context->join();
 }

@@ -51,7 +51,7 @@
 
 namespace actorpipe::remote::detail {
 
-constexpr uint8_t kFrameVersion = 1;
+constexpr uint8_t kFrameVersion = 2;  // 2: INLINE (a peer of 1 is refused at its HELLO)
 constexpr size_t kMaxNameLength = 255;
 constexpr size_t kMaxIdentityLength = 255;
 constexpr size_t kMaxNodeIdLength = 128;

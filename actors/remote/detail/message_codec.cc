@@ -10,6 +10,8 @@
 #include <caf/detail/network_order.hpp>
 #include <caf/downstream_msg.hpp>
 #include <caf/error.hpp>
+#include <caf/message_builder.hpp>
+#include <caf/type_nr.hpp>
 #include <caf/system_messages.hpp>
 #include <caf/upstream_msg.hpp>
 #include <caf/sec.hpp>
@@ -177,6 +179,208 @@ class BoundedDeserializer final : public caf::deserializer {
   const char* end_;
 };
 
+// The compact form: a message of at most kMaxCompactElements elements, each
+// a bool, a fixed-width integer, a float, a double, a std::string or an
+// atom, which is most of what actors send. CAF's own form writes each
+// message's type names as text ("@<>+@i64") and reads them back by name
+// through a type registry, and its serializers return an error object per
+// value: ~140 ns to encode and ~270 ns to decode an int64 here, more than
+// the pipe's own per-message cost. This one writes a tag per element and
+// the values in place (little endian), and builds the message directly.
+//
+//   0xA5, count (1..kMaxCompactElements), count x (tag, value)
+//
+// CAF's form starts with its type number 0 (two zero bytes), so the first
+// byte tells the two apart. Decoding is strict: known tags, a bool is 0 or
+// 1, a string's length fits in what remains, nothing after the last value.
+constexpr uint8_t kCompactMagic = 0xA5;
+constexpr size_t kMaxCompactElements = 16;
+
+enum class Tag : uint8_t {
+  kBool = 0,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kFloat,
+  kDouble,
+  kString,
+  kAtom,
+};
+
+template <class T>
+void putFixed(std::vector<char>& out, T value) {
+  char raw[sizeof(T)];
+  std::memcpy(raw, &value, sizeof(T));  // little endian: every platform we build for
+  out.insert(out.end(), raw, raw + sizeof(T));
+}
+
+template <class T>
+bool putElement(const caf::message& m, size_t i, Tag tag, std::vector<char>& out) {
+  out.push_back(static_cast<char>(tag));
+  putFixed(out, m.get_as<T>(i));
+  return true;
+}
+
+bool encodeCompact(const caf::message& m, std::vector<char>& out) {
+  size_t n = m.size();
+  if (n == 0 || n > kMaxCompactElements) return false;
+  for (size_t i = 0; i < n; ++i) {
+    switch (m.type(i).first) {
+      case caf::type_nr<bool>::value:
+      case caf::type_nr<int8_t>::value:
+      case caf::type_nr<int16_t>::value:
+      case caf::type_nr<int32_t>::value:
+      case caf::type_nr<int64_t>::value:
+      case caf::type_nr<uint8_t>::value:
+      case caf::type_nr<uint16_t>::value:
+      case caf::type_nr<uint32_t>::value:
+      case caf::type_nr<uint64_t>::value:
+      case caf::type_nr<float>::value:
+      case caf::type_nr<double>::value:
+      case caf::type_nr<std::string>::value:
+      case caf::type_nr<caf::atom_value>::value:
+        break;
+      default:
+        return false;
+    }
+  }
+  out.push_back(static_cast<char>(kCompactMagic));
+  out.push_back(static_cast<char>(n));
+  for (size_t i = 0; i < n; ++i) {
+    switch (m.type(i).first) {
+      case caf::type_nr<bool>::value:
+        out.push_back(static_cast<char>(Tag::kBool));
+        out.push_back(m.get_as<bool>(i) ? 1 : 0);
+        break;
+      case caf::type_nr<int8_t>::value: putElement<int8_t>(m, i, Tag::kI8, out); break;
+      case caf::type_nr<int16_t>::value: putElement<int16_t>(m, i, Tag::kI16, out); break;
+      case caf::type_nr<int32_t>::value: putElement<int32_t>(m, i, Tag::kI32, out); break;
+      case caf::type_nr<int64_t>::value: putElement<int64_t>(m, i, Tag::kI64, out); break;
+      case caf::type_nr<uint8_t>::value: putElement<uint8_t>(m, i, Tag::kU8, out); break;
+      case caf::type_nr<uint16_t>::value: putElement<uint16_t>(m, i, Tag::kU16, out); break;
+      case caf::type_nr<uint32_t>::value: putElement<uint32_t>(m, i, Tag::kU32, out); break;
+      case caf::type_nr<uint64_t>::value: putElement<uint64_t>(m, i, Tag::kU64, out); break;
+      case caf::type_nr<float>::value: putElement<float>(m, i, Tag::kFloat, out); break;
+      case caf::type_nr<double>::value: putElement<double>(m, i, Tag::kDouble, out); break;
+      case caf::type_nr<caf::atom_value>::value:
+        out.push_back(static_cast<char>(Tag::kAtom));
+        putFixed(out, static_cast<uint64_t>(m.get_as<caf::atom_value>(i)));
+        break;
+      case caf::type_nr<std::string>::value: {
+        const auto& text = m.get_as<std::string>(i);
+        if (text.size() > UINT32_MAX) {
+          out.clear();
+          return false;
+        }
+        out.push_back(static_cast<char>(Tag::kString));
+        putFixed(out, static_cast<uint32_t>(text.size()));
+        out.insert(out.end(), text.begin(), text.end());
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+class CompactReader {
+ public:
+  CompactReader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+  template <class T>
+  bool fixed(T& out) {
+    if (remaining() < sizeof(T)) return false;
+    std::memcpy(&out, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  bool text(std::string& out) {
+    uint32_t n = 0;
+    if (!fixed(n) || n > remaining()) return false;  // before anything is copied
+    out.assign(p_, n);
+    p_ += n;
+    return true;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+Error decodeCompact(const char* data, size_t size, caf::message& out) {
+  CompactReader r(data, size);
+  uint8_t magic = 0, count = 0;
+  if (!r.fixed(magic) || !r.fixed(count) || magic != kCompactMagic || count == 0 ||
+      count > kMaxCompactElements) {
+    return ACTORPIPE_ERROR(ProtocolError, "bad compact actor message header");
+  }
+  caf::message_builder builder;
+  caf::message single;
+  auto add = [&](auto value) {
+    if (count == 1) {
+      single = caf::make_message(std::move(value));
+    } else {
+      builder.append(std::move(value));
+    }
+    return true;
+  };
+  for (uint8_t i = 0; i < count; ++i) {
+    uint8_t tag = 0;
+    bool ok = r.fixed(tag);
+    switch (ok ? Tag(tag) : Tag(0xff)) {
+      case Tag::kBool: {
+        uint8_t v = 0;
+        ok = r.fixed(v) && v <= 1 && add(v == 1);
+        break;
+      }
+#define ACTORPIPE_COMPACT_FIXED(TAG, TYPE) \
+      case Tag::TAG: {                      \
+        TYPE v{};                           \
+        ok = r.fixed(v) && add(v);          \
+        break;                              \
+      }
+      ACTORPIPE_COMPACT_FIXED(kI8, int8_t)
+      ACTORPIPE_COMPACT_FIXED(kI16, int16_t)
+      ACTORPIPE_COMPACT_FIXED(kI32, int32_t)
+      ACTORPIPE_COMPACT_FIXED(kI64, int64_t)
+      ACTORPIPE_COMPACT_FIXED(kU8, uint8_t)
+      ACTORPIPE_COMPACT_FIXED(kU16, uint16_t)
+      ACTORPIPE_COMPACT_FIXED(kU32, uint32_t)
+      ACTORPIPE_COMPACT_FIXED(kU64, uint64_t)
+      ACTORPIPE_COMPACT_FIXED(kFloat, float)
+      ACTORPIPE_COMPACT_FIXED(kDouble, double)
+#undef ACTORPIPE_COMPACT_FIXED
+      case Tag::kAtom: {
+        uint64_t v = 0;
+        ok = r.fixed(v) && add(static_cast<caf::atom_value>(v));
+        break;
+      }
+      case Tag::kString: {
+        std::string v;
+        ok = r.text(v) && add(std::move(v));
+        break;
+      }
+      default:
+        ok = false;
+    }
+    if (!ok) {
+      return ACTORPIPE_ERROR(ProtocolError, "bad compact actor message: element " +
+                                                std::to_string(i) + " of " + std::to_string(count) +
+                                                " (tag " + std::to_string(tag) + ")");
+    }
+  }
+  if (r.remaining() != 0) {
+    return ACTORPIPE_ERROR(ProtocolError, "compact actor message with " +
+                                              std::to_string(r.remaining()) + " trailing bytes");
+  }
+  out = count == 1 ? std::move(single) : builder.move_to_message();
+  return Error();
+}
+
 } // namespace
 
 bool isSystemMessage(const caf::message& m) {
@@ -221,6 +425,7 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
   // four times: four allocations per message sent); one for a small one.
   out.bytes.reserve(128);
   out.tensors.clear();
+  if (encodeCompact(message, out.bytes)) return Error();
   caf::binary_serializer sink(system, out.bytes);
   tOutgoing = &out.tensors;
   caf::error err;
@@ -245,6 +450,13 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
 
 Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
                     std::vector<Tensor> tensors, caf::message& out, caf::execution_unit* unit) {
+  if (size > 0 && static_cast<uint8_t>(data[0]) == kCompactMagic) {
+    if (!tensors.empty()) {
+      return ACTORPIPE_ERROR(ProtocolError, "a compact actor message came with " +
+                                                std::to_string(tensors.size()) + " tensors");
+    }
+    return decodeCompact(data, size, out);
+  }
   BoundedDeserializer source(unit != nullptr ? unit : system.dummy_execution_unit(), data, size);
   std::vector<bool> used(tensors.size(), false);
   tIncoming = &tensors;
