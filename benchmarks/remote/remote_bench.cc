@@ -8,6 +8,9 @@
 //                              trip on the same transport vs CAF's middleman
 //   one-way small messages     remote actor over shm vs CAF's middleman
 //   64 MiB tensor, echoed      remote actor over shm vs the raw pipe
+//   codec                      a one-int64 message encoded and decoded in
+//                              the compact form and in CAF's own (one
+//                              thread, no pipe)
 //
 // Each round trip is started by the previous reply's handler in an actor
 // (no blocking caller in between), as the pipe's ping-pong starts each one
@@ -31,6 +34,7 @@
 #include <caf/io/all.hpp>
 
 #include <actorpipe/actors/backends.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/actors/remote/channel.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/actors/tensor.h>
@@ -222,6 +226,33 @@ double oneWay(caf::actor_system& system, caf::actor target, int count) {
   return count / seconds;
 }
 
+// Nanoseconds per encode (or decode) of a one-int64 message, `count` times:
+// in the compact form the nodes use for plain values, or in CAF's own
+// (its binary_serializer, as every message went before the compact form).
+double codecNs(bool compact, bool decode, int count) {
+  caf::actor_system_config cfg;
+  remote::configure(cfg);
+  caf::actor_system system{cfg};
+  caf::message message = caf::make_message(int64_t(8));
+  remote::detail::EncodedMessage encoded;
+  auto encode = [&] {
+    if (compact) return !remote::detail::encodeMessage(system, message, encoded);
+    encoded.bytes.clear();
+    caf::binary_serializer sink(system, encoded.bytes);
+    return !message.save(sink);
+  };
+  if (!encode()) return 0;
+  caf::message out;
+  auto start = Clock::now();
+  for (int i = 0; i < count; ++i) {
+    bool ok = decode ? !remote::detail::decodeMessage(system, encoded.bytes.data(),
+                                                      encoded.bytes.size(), {}, out)
+                     : encode();
+    if (!ok) return 0;
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / count;
+}
+
 // Microseconds per call of `op` (a remote channel's write or read), `count` calls.
 template <class Op>
 double perCall(int count, Op op) {
@@ -299,6 +330,11 @@ int main(int argc, char** argv) {
   };
   const size_t kBig = size_t{64} << 20;
   for (int round = 0; round < o.rounds; ++round) {
+    for (bool compact : {true, false}) {
+      std::string form = compact ? "compact" : "CAF's form";
+      add("codec encode, int64, " + form, [&] { return codecNs(compact, false, o.messages); }, "ns");
+      add("codec decode, int64, " + form, [&] { return codecNs(compact, true, o.messages); }, "ns");
+    }
     // Raw pipes: the floor the remote actors are measured against.
     bench::Shape small;
     add("pipe round trip, 8 B, tcp", [&] { return pipeRoundTrip(false, small, o.iterations); }, "us");
@@ -412,6 +448,9 @@ int main(int argc, char** argv) {
   }
   if (!o.only.empty()) return 0;  // the ratios need every row
   std::printf("\nratios (medians of %d rounds)\n", o.rounds);
+  std::printf("  codec, compact / CAF's form: encode %.2f, decode %.2f\n",
+              med("codec encode, int64, compact") / med("codec encode, int64, CAF's form"),
+              med("codec decode, int64, compact") / med("codec decode, int64, CAF's form"));
   std::printf("  remote request/reply tcp / pipe round trip tcp:   %.2f\n",
               med("remote actor request/reply, 8 B, tcp") / med("pipe round trip, 8 B, tcp"));
   std::printf("  remote request/reply shm / pipe round trip shm:   %.2f\n",
