@@ -303,10 +303,13 @@ TEST_CASE("plain values take the compact form, anything else CAF's; both decode 
     CHECK(out.get_as<int32_t>(0) == 7);
     CHECK(bad("\xA5\x00"s));                          // no elements
     CHECK(bad("\xA5\x11"s + std::string(17 * 2, '\0')));  // 17 bools
-    CHECK(bad("\xA5\x01\x0d"s));                      // unknown tag 13
-    CHECK(bad("\xA5\x01\xff"s));
+    // Unknown tags, with enough bytes after them for any value.
+    CHECK(bad("\xA5\x01\x0d"s + std::string(8, '\0')).what().find("tag 13") != std::string::npos);
+    CHECK(bad("\xA5\x01\xff"s + std::string(8, '\0')).what().find("tag 255") != std::string::npos);
+    CHECK(bad("\xA5\x02\x03\x07\x00\x00\x00"s).what().find("missing") != std::string::npos);
     CHECK(bad("\xA5\x01\x00\x02"s));                  // a bool of 2
     CHECK(!bad("\xA5\x01\x0b\x03\x00\x00\x00" "abc"s));
+    CHECK(out.get_as<std::string>(0) == "abc");
     // A string claiming 4 GiB in 3 bytes: refused before anything is copied.
     CHECK(bad("\xA5\x01\x0b\xff\xff\xff\xff" "abc"s));
     CHECK(bad("\xA5\x02\x0b\x03\x00\x00\x00" "ab"s));

@@ -1,6 +1,7 @@
 #include <actorpipe/actors/remote/detail/message_codec.h>
 
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include <caf/actor_system.hpp>
@@ -194,6 +195,8 @@ class BoundedDeserializer final : public caf::deserializer {
 // byte tells the two apart. Decoding is strict: known tags, a bool is 0 or
 // 1, a string's length fits in what remains, nothing after the last value.
 constexpr uint8_t kCompactMagic = 0xA5;
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the compact form copies values in the host's byte order, little endian on the wire");
 constexpr size_t kMaxCompactElements = 16;
 
 enum class Tag : uint8_t {
@@ -318,20 +321,28 @@ Error decodeCompact(const char* data, size_t size, caf::message& out) {
       count > kMaxCompactElements) {
     return ACTORPIPE_ERROR(ProtocolError, "bad compact actor message header");
   }
-  caf::message_builder builder;
+  // One element: made as a local send makes it (a builder allocates its
+  // storage even when unused).
+  std::optional<caf::message_builder> builder;
+  if (count > 1) builder.emplace();
   caf::message single;
   auto add = [&](auto value) {
-    if (count == 1) {
-      single = caf::make_message(std::move(value));
+    if (builder) {
+      builder->append(std::move(value));
     } else {
-      builder.append(std::move(value));
+      single = caf::make_message(std::move(value));
     }
     return true;
   };
   for (uint8_t i = 0; i < count; ++i) {
     uint8_t tag = 0;
-    bool ok = r.fixed(tag);
-    switch (ok ? Tag(tag) : Tag(0xff)) {
+    if (!r.fixed(tag)) {
+      return ACTORPIPE_ERROR(ProtocolError, "bad compact actor message: element " +
+                                                std::to_string(i) + " of " +
+                                                std::to_string(count) + " missing");
+    }
+    bool ok = true;
+    switch (Tag(tag)) {
       case Tag::kBool: {
         uint8_t v = 0;
         ok = r.fixed(v) && v <= 1 && add(v == 1);
@@ -377,7 +388,7 @@ Error decodeCompact(const char* data, size_t size, caf::message& out) {
     return ACTORPIPE_ERROR(ProtocolError, "compact actor message with " +
                                               std::to_string(r.remaining()) + " trailing bytes");
   }
-  out = count == 1 ? std::move(single) : builder.move_to_message();
+  out = builder ? builder->move_to_message() : std::move(single);
   return Error();
 }
 
