@@ -269,8 +269,9 @@ std::vector<Link::Queued> Link::takeBatch() {
   // control frames need no window): with a batch holding the whole window
   // the peer sits idle until it arrives and the sender until its credit
   // does; smaller ones let the peer start while the sender queues (one-way small
-  // messages over shm: 0.6 M/s with 1024-frame batches in a 1024 window,
-  // 1.1 with 64, 1.3 with 256 in a 4096 window; docs/benchmarks.md).
+  // messages over shm, one sitting: 0.6 M/s with 1024-frame batches in a
+  // 1024 window, 1.1 with 64, 1.3 with 256 in a 4096 window; the benchmark
+  // also has a slower mode on these VMs: docs/benchmarks.md).
   constexpr size_t kMaxPipeEntries = 1024;
   const size_t maxFrames = std::clamp<size_t>(windowMessages() / 16, 64, kMaxBatchFrames);
   std::vector<Queued> batch;
