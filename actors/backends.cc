@@ -2,6 +2,7 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/cuda_basic/factory.h>
 #include <actorpipe/channels/cuda_ipc/factory.h>
 #include <actorpipe/channels/cuda_xth/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
@@ -21,6 +22,7 @@ void registerDefaultBackends(Context& context, const DefaultBackends& which) {
   if (which.cma) context.registerChannel(10, "cma", channel::cma::create());
   if (which.xth) context.registerChannel(20, "xth", channel::xth::create());
   if (which.cuda) {
+    context.registerChannel(0, "cuda_basic", channel::cuda_basic::create());
     context.registerChannel(10, "cuda_ipc", channel::cuda_ipc::create());
     context.registerChannel(20, "cuda_xth", channel::cuda_xth::create());
   }

@@ -5,7 +5,8 @@
 // peers registered a backend; docs/architecture.md, "Negotiation".
 //
 //   transports: tcp 0, shm 10          channels: basic 0, mpt 5, cma 10, xth 20
-//                                      CUDA channels: cuda_ipc 10, cuda_xth 20
+//                                      CUDA channels: cuda_basic 0, cuda_ipc 10,
+//                                      cuda_xth 20
 //
 // The CUDA channels are registered in every build; they are offered only
 // where actorpipe was built with CUDA and a device is there (docs/cuda.md).
@@ -24,7 +25,7 @@ struct DefaultBackends {
   bool shm{true};
   bool cma{true};
   bool xth{true};
-  bool cuda{true};  // cuda_ipc and cuda_xth
+  bool cuda{true};  // cuda_basic, cuda_ipc and cuda_xth
   // mpt's lanes (TCP connections per pipe) and the address its lanes listen
   // on; 0 lanes leaves mpt out.
   size_t mptLanes{0};

@@ -90,14 +90,37 @@ Error receiveTensor(const Descriptor::Tensor& entry, Tensor& out, Allocation::Te
   DType dtype;
   Shape shape;
   if (Error e = parsePipeTensor(entry, dtype, shape, metadata)) return e;
-  const bool toHost = entry.targetDevice ? entry.targetDevice->isCpu() : entry.sourceDevice.isCpu();
-  if (!toHost) {
-    return ACTORPIPE_ERROR(LogicError, "receiveTensor allocates host memory; the tensor is for " +
-                                           (entry.targetDevice ? *entry.targetDevice : entry.sourceDevice).toString());
+  // A tensor lands on a device of the type it left from (the pipe's rule:
+  // that type's channel moves it); on the writer's target device if it
+  // named one, else on the device of the same index here. The index is the
+  // peer's word: a device this host lacks fails the allocation, clearly.
+  const Device& source = entry.sourceDevice;
+  const Device device = entry.targetDevice ? *entry.targetDevice : source;
+  if (device.type != source.type) {
+    return ACTORPIPE_ERROR(LogicError, "a tensor from " + source.toString() + " cannot land on " + device.toString() +
+                                           " (it lands on a device of the type it left from)");
   }
-  const bool reuse = out.defined() && out.device().isCpu() && out.dtype() == dtype && out.shape() == shape;
-  if (!reuse) out = Tensor::empty(shape, dtype);
-  allocation.buffer = CpuBuffer{out.rawData()};
+  if (!device.isCpu() && device.type != kCudaDeviceType) {
+    return ACTORPIPE_ERROR(LogicError, "receiveTensor has no memory for tensors on " + device.toString());
+  }
+  const bool sameDevice = device.isCpu() ? out.device().isCpu() : out.device() == device;
+  const bool reuse = out.defined() && sameDevice && out.dtype() == dtype && out.shape() == shape;
+  if (!reuse) {
+    if (device.isCpu()) {
+      out = Tensor::empty(shape, dtype);
+    } else {
+      try {
+        out = Tensor::empty(shape, dtype, device);
+      } catch (const std::exception& e) {
+        return ACTORPIPE_ERROR(CudaError, "receiveTensor", e.what(), 0);
+      }
+    }
+  }
+  if (device.isCpu()) {
+    allocation.buffer = CpuBuffer{out.rawData()};
+  } else {
+    allocation.buffer = CudaBuffer{out.rawData(), nullptr, device.index};
+  }
   return Error();
 }
 

@@ -46,10 +46,13 @@ bool isPipeTensor(const Descriptor::Tensor& entry);
 Error parsePipeTensor(const Descriptor::Tensor& entry, DType& dtype, Shape& shape,
                       std::string* metadata = nullptr);
 
-// Makes `out` a host Tensor of the entry's dtype and shape and `allocation`
-// the entry to read into it; `out` holds the data once the read completes.
-// If `out` is already a host Tensor of that dtype and shape, its memory is
-// used (read in place, for a caller that reuses buffers).
+// Makes `out` a Tensor of the entry's dtype and shape and `allocation` the
+// entry to read into it; `out` holds the data once the read completes. It
+// lands on a device of the type it left from: the host, or the CUDA device
+// the writer targeted (else the one of the writer's index), allocated here
+// (a CudaError where there is no such device). If `out` is already a Tensor
+// of that dtype, shape and device, its memory is used (read in place, for a
+// caller that reuses buffers).
 Error receiveTensor(const Descriptor::Tensor& entry, Tensor& out, Allocation::Tensor& allocation,
                     std::string* metadata = nullptr);
 

@@ -1,5 +1,7 @@
 #include <actorpipe/actors/tensor.h>
 
+#include <actorpipe/runtime/cuda.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -115,6 +117,30 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   return Tensor(Storage::allocateCpu(bytes), std::move(shape), dtype, 0);
 }
 
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  if (device.isCpu()) return empty(std::move(shape), dtype);
+  if (device.type != kCudaDeviceType) {
+    throw std::invalid_argument("Tensor::empty: no memory for tensors on " + device.toString());
+  }
+  const auto bytes = static_cast<std::size_t>(elementCount(shape)) * dtypeSize(dtype);
+  Error error;
+  void* memory = cuda::allocate(bytes, device.index, error);
+  if (error) throw std::runtime_error("Tensor::empty on " + device.toString() + ": " + error.what());
+  auto storage = Storage::adopt(memory, bytes, device, [](void* p) { (void)cuda::release(p); });
+  return Tensor(std::move(storage), std::move(shape), dtype, 0);
+}
+
+Tensor Tensor::to(Device device) const {
+  if (!storage_) throw std::logic_error("Tensor::to: an undefined tensor");
+  if (device == this->device()) return *this;
+  Tensor out = empty(shape_, dtype_, device);
+  if (Error error = cuda::copy(out.rawData(), rawData(), nbytes())) {
+    throw std::runtime_error("Tensor::to(" + device.toString() + ") from " + this->device().toString() + ": " +
+                             error.what());
+  }
+  return out;
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype) {
   auto result = empty(std::move(shape), dtype);
   std::memset(result.rawData(), 0, result.nbytes());
@@ -167,10 +193,12 @@ Tensor Tensor::reshape(Shape shape) const {
 Tensor Tensor::clone() const {
   if (!storage_)
     return {};
-  if (!device().isCpu())
-    throw std::logic_error("Tensor::clone: only host tensors can be cloned here");
-  auto copy = empty(shape_, dtype_);
-  std::memcpy(copy.rawData(), rawData(), nbytes());
+  auto copy = empty(shape_, dtype_, device());
+  if (device().isCpu()) {
+    std::memcpy(copy.rawData(), rawData(), nbytes());
+  } else if (Error error = cuda::copy(copy.rawData(), rawData(), nbytes())) {
+    throw std::runtime_error("Tensor::clone on " + device().toString() + ": " + error.what());
+  }
   return copy;
 }
 

@@ -85,8 +85,14 @@ public:
   // An undefined tensor (no storage), useful as a placeholder.
   Tensor() = default;
 
-  // Host tensors; other devices need `fromStorage` with adopted memory.
+  // Host tensors; other devices need `fromStorage` with adopted memory,
+  // or the device overload of `empty`.
   static Tensor empty(Shape shape, DType dtype);
+  // A tensor in the memory of `device`: the host, or a CUDA device
+  // (cudaMalloc'ed through runtime/cuda.h, freed when the last tensor
+  // viewing it lets go). Throws std::runtime_error saying why where that
+  // device has no memory to give (no CUDA support, no such device).
+  static Tensor empty(Shape shape, DType dtype, Device device);
   static Tensor zeros(Shape shape, DType dtype);
   template <class T>
   static Tensor full(Shape shape, T value);
@@ -121,8 +127,13 @@ public:
   // Same storage, new shape with the same element count.
   Tensor reshape(Shape shape) const;
 
-  // The one deliberate deep copy (host tensors).
+  // The one deliberate deep copy, on the same device.
   Tensor clone() const;
+  // This tensor on `device`: itself where it is there already (as
+  // PyTorch's `to`), else a copy (host to device, device to host, device to
+  // device), finished when this returns. Throws std::runtime_error where the
+  // copy cannot be made.
+  Tensor to(Device device) const;
 
   std::string toString() const;
 

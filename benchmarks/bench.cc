@@ -23,6 +23,7 @@
 
 #include <actorpipe/channels/basic/factory.h>
 #include <actorpipe/channels/cma/factory.h>
+#include <actorpipe/channels/cuda_basic/factory.h>
 #include <actorpipe/channels/cuda_ipc/factory.h>
 #include <actorpipe/channels/cuda_xth/factory.h>
 #include <actorpipe/channels/mpt/factory.h>
@@ -70,14 +71,15 @@ const std::map<std::string, std::function<std::shared_ptr<channel::Context>()>> 
     {"xth", [] { return channel::xth::create(); }},
     {"cuda_xth", [] { return channel::cuda_xth::create(); }},
     {"cuda_ipc", [] { return channel::cuda_ipc::create(); }},
+    {"cuda_basic", [] { return channel::cuda_basic::create(); }},
 };
 
 void usage() {
   std::fprintf(stderr,
       "usage: actorpipe-bench [pipe] [options]\n"
       "  --transport NAME     tcp (alias uv), shm                   [tcp]\n"
-      "  --channel NAME       basic, mpt, cma, xth, cuda_xth, cuda_ipc (basic stays\n"
-      "                       registered as fallback)                [basic]\n"
+      "  --channel NAME       basic, mpt, cma, xth, cuda_xth, cuda_ipc, cuda_basic\n"
+      "                       (basic stays registered as fallback)   [basic]\n"
       "  --tensor-type TYPE   cpu, or cuda (tensors in device memory; a round trip\n"
       "                       ends when the client's stream is synchronised) [cpu]\n"
       "  --cuda-copy BYTES    instead: the device-to-device copy ceiling for that size\n"

@@ -19,6 +19,33 @@ class Loop;
 
 namespace actorpipe::channel {
 
+// How a tensor that is not in CPU memory rides the pipe's own connection
+// (cuda_basic): in chunks of chunkBytes(), through host memory the stager
+// lends. The sender's pipe asks each chunk copied into a slot (toHost) and
+// writes the slot on its connection once the copy is done; the receiver's
+// pipe reads each chunk into a slot and asks it copied into the tensor
+// (fromHost). A slot is reused only after its chunk is written or copied
+// out, so the device copies of one chunk overlap the connection's moving of
+// another; at most kSlots per direction, so what a peer can make us stage
+// is bounded whatever the tensor's length. Completions may come in any
+// order; each `done` runs on the pipe's loop. Loop thread only.
+using done_fn = std::function<void(const Error&)>;
+
+class Stager {
+ public:
+  enum class Side { kOut, kIn };
+  static constexpr size_t kSlots = 4;
+  virtual ~Stager() = default;
+  virtual size_t chunkBytes() const = 0;
+  // The host memory of `slot` (chunkBytes() long), made on first use and
+  // kept with the endpoint; nullptr with `error` set if it cannot be made.
+  virtual void* slot(Side side, size_t slot, Error& error) = 0;
+  // Copies `length` bytes at `offset` in `buffer` into `host`.
+  virtual void toHost(void* host, const Buffer& buffer, size_t offset, size_t length, done_fn done) = 0;
+  // Copies `length` bytes from `host` to `offset` in `buffer`.
+  virtual void fromHost(const void* host, const Buffer& buffer, size_t offset, size_t length, done_fn done) = 0;
+};
+
 // TensorPipe spells the channel-level kinds under channel::; here they are
 // actorpipe's own types.
 using ContextClosedError = ::actorpipe::ContextClosedError;
@@ -60,6 +87,11 @@ class Endpoint {
   // Once the pipe is established: how to learn which process the peer is
   // (channels that need it: see Context::needsPeerProcess).
   virtual void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {}
+  // Channels whose bytes ride the pipe's connection through host memory
+  // (cuda_basic: sendsInline() and an endpoint) lend their staging here.
+  // close() on such an endpoint returns only once no copy it started still
+  // reads or writes a tensor's memory (the pipe then fails the operations).
+  virtual Stager* stager() { return nullptr; }
 };
 
 }  // namespace actorpipe::channel
@@ -102,6 +134,10 @@ class Context {
   // Channels that act on the peer's process (cma) are chosen only over a
   // transport that can name it (transport::Context::knowsPeerProcess).
   virtual bool needsPeerProcess() const { return false; }
+  // Whether each pipe makes an endpoint of this channel: out-of-band
+  // channels do; inline ones that stage through host memory (cuda_basic)
+  // do too, for their staging.
+  virtual bool makesEndpoints() const { return !sendsInline(); }
   // Out-of-band channels make one endpoint per pipe. The accepting side
   // makes it first and fills `setup` with what the connecting side needs
   // (it travels in the welcome frame); an error means the channel cannot

@@ -155,6 +155,12 @@ Error copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return Error();
   if (auto e = noDevice()) return e;
   ACTORPIPE_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // From pageable host memory cudaMemcpy returns once the bytes are staged
+  // for the DMA, not once they landed (CUDA's "API synchronization
+  // behavior"); the DMA is ordered on the legacy default stream, which
+  // non-blocking streams (ours, the channels' copies) do not wait for. So a
+  // copy that must be finished when it returns waits for that stream.
+  ACTORPIPE_CUDA_TRY(cudaStreamSynchronize(nullptr));
   return Error();
 }
 

@@ -45,7 +45,8 @@ Error synchronize(cudaStream_t stream);
 // Copies in any direction (host or device, either side), ordered on `stream`.
 Error copyAsync(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 Error memsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream);
-// Blocking copies between host memory and device memory (any direction).
+// Blocking copies between host memory and device memory (any direction):
+// the bytes have landed when it returns, whatever memory they came from.
 Error copy(void* dst, const void* src, size_t bytes);
 
 // Which device holds `ptr`, or -1 (host memory, or no CUDA).

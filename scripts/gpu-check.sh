@@ -61,7 +61,8 @@ if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -
   tail -30 "$out/configure.log"; log "configure failed"; exit 1
 fi
 targets=()
-(( quick )) && targets=(--target cuda_channels_test cuda_ipc_test actorpipe-bench pipe_errors_test pipe_scale_test)
+(( quick )) && targets=(--target cuda_channels_test cuda_ipc_test cuda_tensor_test actorpipe-bench pipe_errors_test
+  pipe_scale_test pipe_staging_test)
 # Everything that builds is tested (-k 0: a target this machine's toolchain
 # cannot link, such as the LTO header test, does not stop the rest); the
 # CUDA tests and the benchmark must build.
@@ -69,7 +70,7 @@ keep=()
 [[ ${generator[*]} == *Ninja* ]] && keep=(-- -k 0)
 cmake --build "$build" -j "$(nproc)" "${targets[@]}" "${keep[@]}" > "$out/build.log" 2>&1 ||
   log "some targets failed to build: $(grep -c '^FAILED' "$out/build.log") (see build.log)"
-for needed in tests/cuda_channels_test tests/cuda_ipc_test benchmarks/actorpipe-bench; do
+for needed in tests/cuda_channels_test tests/cuda_ipc_test tests/cuda_tensor_test benchmarks/actorpipe-bench; do
   if ! [[ -x $build/$needed ]]; then
     grep -m5 -B2 -A12 ' error' "$out/build.log"; log "build failed: $needed"; exit 1
   fi
@@ -78,7 +79,7 @@ log "built in ${SECONDS}s"
 
 # The CUDA tests, then the pipe tests (the CUDA channels are registered by
 # default: nothing else may change with a device there).
-(cd "$build" && ctest -R 'cuda|pipe_errors|pipe_scale' --output-on-failure --timeout 300) > "$out/ctest-cuda.log" 2>&1
+(cd "$build" && ctest -R 'cuda|pipe_errors|pipe_scale|pipe_staging' --output-on-failure --timeout 300) > "$out/ctest-cuda.log" 2>&1
 rc=$?
 tail -8 "$out/ctest-cuda.log" | tee -a "$out/summary.txt"
 if (( ! quick )); then
@@ -88,7 +89,8 @@ if (( ! quick )); then
 fi
 
 # The benchmarks: the copy ceilings, cuda_ipc between two processes over
-# shm, cuda_xth within one, and the CPU channel of the same run for scale.
+# shm, cuda_xth within one, cuda_basic over tcp and shm, and the CPU
+# channel of the same run for scale.
 if [[ ${GPU_CHECK_BENCH:-1} == 0 ]]; then
   log "done in ${SECONDS}s, rc $rc (no benchmarks: GPU_CHECK_BENCH=0); logs in $out"
   exit $rc
@@ -109,6 +111,16 @@ bench=$build/benchmarks/actorpipe-bench
       --iterations 200 --warmup 20 | grep -v '^  '
   done
   $bench --transport shm --channel cma --tensors 1 --tensor-size 67108864 --iterations 50 --warmup 5 | grep -v '^  '
+  # cuda_basic against the CPU channel it rides on (basic, same transport).
+  for transport in tcp shm; do
+    for size in 8 1048576 67108864 268435456; do
+      iterations=$(( size >= 67108864 ? 20 : 500 ))
+      $bench --transport $transport --channel cuda_basic --tensor-type cuda --tensors 1 --tensor-size $size \
+        --iterations $iterations --warmup 5 | grep -v '^  '
+    done
+    $bench --transport $transport --channel basic --tensors 1 --tensor-size 67108864 --iterations 20 --warmup 5 \
+      | grep -v '^  '
+  done
   $bench --transport shm --channel cuda_ipc --tensor-type cuda --tensors 1 --tensor-size 1048576 \
     --iterations 200 --verify | grep -v '^  '
 } > "$out/bench.txt" 2>&1 || rc=1

@@ -280,8 +280,16 @@ void PipeCore::doWrite(Message message, Pipe::write_callback_fn fn) {
     return;
   }
   op.deadline = armDeadline("write");
-  if (state_ == State::kEstablished) {
+  if (state_ == State::kEstablished && !staging_) {
     sendWrite(op);
+  }
+}
+
+void PipeCore::sendUnsent() {
+  // sendWrite may finish writes (or fail the pipe, finishing all): walk by number.
+  for (uint64_t seq = writes_.empty() ? 0 : writes_.front().seq; WriteOp* op = writes_.find(seq); ++seq) {
+    if (state_ != State::kEstablished || staging_) return;
+    if (!op->sent && !op->done) sendWrite(*op);
   }
 }
 
@@ -293,7 +301,7 @@ channel::Endpoint* PipeCore::endpointFor(const std::string& channel) const {
 // Checks the message and describes it; sends nothing, so a message that
 // fails here leaves no trace on the wire.
 Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transport::Slices& inlineData,
-                           std::vector<OutOfBand>& outOfBand) {
+                           std::vector<OutOfBand>& outOfBand, std::vector<StagedTensor>& staged) {
   const Message& m = op.message;
   const Limits& limits = context_->limits();
   frame.descriptor.metadata = m.metadata;
@@ -342,6 +350,19 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transpo
     if (endpoint != nullptr && onCpu && t.length < endpoint->inlineBelow()) {
       endpoint = nullptr;  // small: inline is cheaper
     }
+    channel::Stager* stager = endpoint != nullptr && !onCpu ? endpoint->stager() : nullptr;
+    if (stager != nullptr) {
+      // Inline, through the stager's host memory (cuda_basic).
+      if (t.length > 0) {
+        if (auto e = endpoint->checkBuffer(t.buffer, t.length)) return e;
+      }
+      frame.routes.push_back({it->second, true, std::string()});
+      if (t.length > 0) {
+        staged.push_back({inlineData.size(), &t.buffer, t.length, stager});
+        inlineData.push_back({nullptr, t.length});
+      }
+      continue;
+    }
     if (endpoint == nullptr && !onCpu) {
       // The connection streams bytes from CPU memory only.
       return ACTORPIPE_ERROR(LogicError, "tensor " + std::to_string(i) + " is on " + device.toString() +
@@ -371,7 +392,8 @@ void PipeCore::sendWrite(WriteOp& op) {
   wire::MessageFrame frame;
   transport::Slices inlineData;
   std::vector<OutOfBand> outOfBand;
-  Error error = buildFrame(op, frame, inlineData, outOfBand);
+  std::vector<StagedTensor> staged;
+  Error error = buildFrame(op, frame, inlineData, outOfBand, staged);
   if (!error) {
     wire::encodeMessage(frame, op.frame);  // header and body, in the operation's own buffer
     const size_t body = op.frame.size() - wire::kHeaderSize;
@@ -389,22 +411,13 @@ void PipeCore::sendWrite(WriteOp& op) {
   }
   auto self = shared_from_this();
   op.pending = 1 + outOfBand.size();
-  auto complete = [self, seq = op.seq](const Error& e) {
-    WriteOp* op = self->writes_.find(seq);
-    if (op == nullptr || op->done) return;  // the pipe failed first and reported it
-    if (e) return self->fail(e);
-    if (--op->pending == 0) {
-      op->done = true;
-      self->flushWrites();
-    }
-  };
   if (!outOfBand.empty()) {
     for (const auto& o : outOfBand) {
-      auto done = [self, complete](const Error& e) {
+      auto done = [self, seq = op.seq](const Error& e) {
         if (self->loop_->inLoop()) {
-          complete(e);
+          self->writePartDone(seq, e);
         } else {
-          self->loop_->post([complete, e] { complete(e); });
+          self->loop_->post([self, seq, e] { self->writePartDone(seq, e); });
         }
       };
       frame.routes[o.route].channelDescriptor = o.buffer == nullptr
@@ -420,21 +433,34 @@ void PipeCore::sendWrite(WriteOp& op) {
   slices.push_back({op.frame.data(), op.frame.size()});
   for (const auto& s : inlineData) slices.push_back(s);
   op.onWire = true;
-  connection_->write(std::move(slices), [self, seq = op.seq, complete](const Error& e) {
-    if (WriteOp* op = self->writes_.find(seq)) {
-      op->onWire = false;
-      // The peer left while this frame was queued (onPeerGone): the write
-      // failed then, with that error, and is reported now that the
-      // connection reads none of its bytes any more.
-      if (!op->done && op->error) {
-        op->done = true;
-        if (!self->writesOnWire()) self->disarm(self->lingerTimer_);
-        self->flushWrites();
-        return;
-      }
+  if (!staged.empty()) return sendStaged(op, slices, staged);
+  connection_->write(std::move(slices), [self, seq = op.seq](const Error& e) { self->wireDone(seq, e); });
+}
+
+void PipeCore::writePartDone(uint64_t seq, const Error& e) {
+  WriteOp* op = writes_.find(seq);
+  if (op == nullptr || op->done) return;  // the pipe failed first and reported it
+  if (e) return fail(e);
+  if (--op->pending == 0) {
+    op->done = true;
+    flushWrites();
+  }
+}
+
+void PipeCore::wireDone(uint64_t seq, const Error& e) {
+  if (WriteOp* op = writes_.find(seq)) {
+    op->onWire = false;
+    // The peer left while this frame was queued (onPeerGone): the write
+    // failed then, with that error, and is reported now that the
+    // connection reads none of its bytes any more.
+    if (!op->done && op->error) {
+      op->done = true;
+      if (!writesOnWire()) disarm(lingerTimer_);
+      flushWrites();
+      return;
     }
-    complete(e);
-  });
+  }
+  writePartDone(seq, e);
 }
 
 // Callbacks fire in call order even when a later write fails early.
@@ -502,10 +528,18 @@ void PipeCore::onFrame() {
                                                      " arrives on channel '" + route.channel +
                                                      "', which this pipe did not negotiate"));
     }
-    if (route.inlineData && frame_.descriptor.tensors[i].sourceDevice.type != kCpuDeviceType) {
+    // Inline means on the connection: CPU memory, or another device's
+    // through a staging channel's host memory, and those never out of band.
+    const bool staging = outOfBandPossible && endpointFor(route.channel)->stager() != nullptr;
+    const bool onCpu = frame_.descriptor.tensors[i].sourceDevice.type == kCpuDeviceType;
+    if (route.inlineData && !onCpu && !staging) {
       return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) + " from " +
                                                      frame_.descriptor.tensors[i].sourceDevice.toString() +
                                                      " arrives inline (only CPU tensors can)"));
+    }
+    if (!route.inlineData && staging) {
+      return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) + " on channel '" + route.channel +
+                                                     "' arrives out of band (that channel stages it on the pipe's connection)"));
     }
   }
   readState_ = ReadState::kAwaitingAllocation;
@@ -578,48 +612,56 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
     const Buffer* buffer;  // tensors not on the CPU; read at once by recvBuffer
   };
   std::vector<Region> regions;
+  // A message with a staged tensor reads its connection part step by step
+  // (pipe_staging.cc): its chunks wait for the stager's slots.
+  std::shared_ptr<StagedRead> staged;
+  for (size_t i = 0; i < d.tensors.size() && !staged; ++i) {
+    if (d.tensors[i].length > 0 && frame_.routes[i].inlineData &&
+        d.tensors[i].sourceDevice.type != kCpuDeviceType) {
+      staged = newStagedRead(op.seq);
+    }
+  }
   for (size_t i = 0; i < d.payloads.size(); ++i) {
-    if (d.payloads[i].length > 0) {
+    if (d.payloads[i].length == 0) continue;
+    if (staged) {
+      addStagedStep(*staged, allocation.payloads[i].data, d.payloads[i].length, Buffer(), nullptr);
+    } else {
       regions.push_back({allocation.payloads[i].data, d.payloads[i].length, nullptr, nullptr, nullptr});
     }
   }
   for (size_t i = 0; i < d.tensors.size(); ++i) {
-    if (d.tensors[i].length > 0) {
-      const auto& route = frame_.routes[i];
-      const Buffer& buffer = allocation.tensors[i].buffer;
-      const bool onCpu = d.tensors[i].sourceDevice.type == kCpuDeviceType;
-      regions.push_back({onCpu ? std::as_const(buffer).unwrap<CpuBuffer>().ptr : nullptr, d.tensors[i].length,
-                         route.inlineData ? nullptr : endpointFor(route.channel), &route.channelDescriptor,
-                         onCpu ? nullptr : &buffer});
+    if (d.tensors[i].length == 0) continue;
+    const auto& route = frame_.routes[i];
+    const Buffer& buffer = allocation.tensors[i].buffer;
+    const bool onCpu = d.tensors[i].sourceDevice.type == kCpuDeviceType;
+    void* cpu = onCpu ? std::as_const(buffer).unwrap<CpuBuffer>().ptr : nullptr;
+    if (staged && route.inlineData) {
+      // onFrame checked that a tensor not on the CPU comes inline only
+      // through a staging channel.
+      addStagedStep(*staged, cpu, d.tensors[i].length, onCpu ? Buffer() : buffer,
+                    onCpu ? nullptr : endpointFor(route.channel)->stager());
+      continue;
     }
+    regions.push_back({cpu, d.tensors[i].length, route.inlineData ? nullptr : endpointFor(route.channel),
+                       &route.channelDescriptor, onCpu ? nullptr : &buffer});
   }
   auto self = shared_from_this();
-  auto finish = [self, seq = op.seq] {
-    if (ReadOp* op = self->reads_.find(seq)) op->done = true;
-    self->readState_ = ReadState::kIdle;
-    self->flushReads();
-    self->advanceReads();
-  };
-  dataReadsLeft_ = regions.size();
-  if (regions.empty()) {
-    finish();
+  dataReadsLeft_ = regions.size() + (staged ? stagedParts(*staged) : 0);
+  if (dataReadsLeft_ == 0) {
+    finishRead(op.seq);
     return;
   }
-  auto complete = [self, seq = op.seq, finish](const Error& e) {
-    if (e) return self->fail(e);
-    ReadOp* op = self->reads_.find(seq);
-    if (op == nullptr || op->done) return;
-    if (--self->dataReadsLeft_ == 0) finish();
-  };
   for (const auto& region : regions) {
     if (region.endpoint == nullptr) {
-      connection_->read(region.ptr, region.length, complete);
+      connection_->read(region.ptr, region.length, [self, seq = op.seq](const Error& e) {
+        self->readPartDone(seq, e);
+      });
     } else {
-      auto done = [self, complete](const Error& e) {
+      auto done = [self, seq = op.seq](const Error& e) {
         if (self->loop_->inLoop()) {
-          complete(e);
+          self->readPartDone(seq, e);
         } else {
-          self->loop_->post([complete, e] { complete(e); });
+          self->loop_->post([self, seq, e] { self->readPartDone(seq, e); });
         }
       };
       if (region.buffer == nullptr) {
@@ -629,6 +671,21 @@ void PipeCore::doRead(Allocation allocation, Pipe::read_callback_fn fn) {
       }
     }
   }
+  if (staged) readStaged(op.seq, std::move(staged));
+}
+
+void PipeCore::readPartDone(uint64_t seq, const Error& e) {
+  if (e) return fail(e);
+  ReadOp* op = reads_.find(seq);
+  if (op == nullptr || op->done) return;
+  if (--dataReadsLeft_ == 0) finishRead(seq);
+}
+
+void PipeCore::finishRead(uint64_t seq) {
+  if (ReadOp* op = reads_.find(seq)) op->done = true;
+  readState_ = ReadState::kIdle;
+  flushReads();
+  advanceReads();
 }
 
 void PipeCore::flushReads() {

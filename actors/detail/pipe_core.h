@@ -25,6 +25,7 @@
 
 namespace actorpipe::channel {
 class Endpoint;
+class Stager;
 }
 
 namespace actorpipe::detail {
@@ -177,7 +178,9 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     std::string frame;
     size_t pending{0};  // the frame's write plus each out-of-band send
     bool sent{false};
-    bool onWire{false};  // its frame (and inline data) is queued on the connection
+    // Its frame (and inline data) is queued on the connection; for a staged
+    // write, from its first chunk's copy to its last write's callback.
+    bool onWire{false};
     bool done{false};
     Error error;
     // The connection may still read its frame (only once the connection
@@ -202,6 +205,17 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
     size_t length;
     const Buffer* buffer;  // the message's (lives in the WriteOp); for tensors not on the CPU
   };
+  // A tensor staged through host memory (cuda_basic): slice `slice` of the
+  // write stands for it (pipe_staging.cc).
+  struct StagedTensor {
+    size_t slice;
+    const Buffer* buffer;  // the message's
+    size_t length;
+    channel::Stager* stager;
+  };
+  struct StagedStep;
+  struct StagedSend;
+  struct StagedRead;
   struct ReadOp {
     uint64_t seq{0};
     Pipe::read_callback_fn fn;
@@ -226,8 +240,28 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void establish();
 
   void sendWrite(WriteOp& op);
+  // Writes not sent yet go out, in order, unless a staged write holds the
+  // connection (staging_).
+  void sendUnsent();
   Error buildFrame(const WriteOp& op, wire::MessageFrame& frame, transport::Slices& inlineData,
-                   std::vector<OutOfBand>& outOfBand);
+                   std::vector<OutOfBand>& outOfBand, std::vector<StagedTensor>& staged);
+  // One part of write `seq` finished (its connection write, or one
+  // out-of-band send); the connection is done with its bytes (wireDone).
+  void writePartDone(uint64_t seq, const Error& e);
+  void wireDone(uint64_t seq, const Error& e);
+  // pipe_staging.cc: a write whose tensors are staged goes out chunk by
+  // chunk; a read of one comes in the same way.
+  void sendStaged(WriteOp& op, const transport::Slices& slices, const std::vector<StagedTensor>& staged);
+  void pumpSend(std::shared_ptr<StagedSend> send);  // by value: the member activeSend_ may be reset inside
+  void stepSend(const std::shared_ptr<StagedSend>& send);
+  static std::shared_ptr<StagedRead> newStagedRead(uint64_t seq);
+  // A plain region (`stager` null: `length` bytes into `cpu`) or a staged
+  // tensor (its chunks, into `buffer`), in the connection's order.
+  static void addStagedStep(StagedRead& read, void* cpu, size_t length, Buffer buffer, channel::Stager* stager);
+  static size_t stagedParts(const StagedRead& read);  // what readPartDone counts down
+  void readStaged(uint64_t seq, std::shared_ptr<StagedRead> read);
+  void pumpRead(std::shared_ptr<StagedRead> read);
+  void stepRead(const std::shared_ptr<StagedRead>& read);
   channel::Endpoint* endpointFor(const std::string& channel) const;
   void closeEndpoints();
   void flushWrites();
@@ -238,6 +272,8 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   void onFrame();
   Error checkAllocation(const Allocation& allocation) const;
   void flushReads();
+  void readPartDone(uint64_t seq, const Error& e);
+  void finishRead(uint64_t seq);
   // Loop thread: a timer that fails the pipe if `what` is still pending
   // when the operation timeout has passed; 0 when there is no timeout.
   uint64_t armDeadline(const char* what);
@@ -275,6 +311,15 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   std::map<std::string, std::shared_ptr<channel::Endpoint>> endpoints_;
 
   Operations<WriteOp> writes_;
+  // A staged write is still issuing its bytes to the connection: later
+  // writes wait their turn (their bytes must not come between its chunks).
+  bool staging_{false};
+  std::shared_ptr<StagedSend> activeSend_;  // that write
+  // The stager's host slots in use, per direction (a bit each): they
+  // outlive one operation (a write's last chunks may still wait on the
+  // connection while the next write copies its first).
+  unsigned outSlots_{0};
+  unsigned inSlots_{0};
 
   ReadState readState_{ReadState::kIdle};
   struct DescriptorOp {

@@ -173,7 +173,7 @@ void PipeCore::onWelcome(const uint8_t* body, size_t length) {
     }
     channels_[choice.first] = choice.second;
     caf::anon_send(actor_, watch_atom::value, entry->actor);
-    if (!entry->context->sendsInline() && !endpoints_.count(choice.second)) {
+    if (entry->context->makesEndpoints() && !endpoints_.count(choice.second)) {
       auto setup = std::find_if(welcome.setups.begin(), welcome.setups.end(),
                                 [&](const auto& s) { return s.first == choice.second; });
       if (setup == welcome.setups.end()) {
@@ -327,7 +327,7 @@ void PipeCore::onHello(const uint8_t* body, size_t length) {
     auto entry = context_->channel(c.second);
     if (!entry) continue;
     caf::anon_send(actor_, watch_atom::value, entry->actor);
-    if (!entry->context->sendsInline() && !endpoints_.count(c.second)) {
+    if (entry->context->makesEndpoints() && !endpoints_.count(c.second)) {
       std::string setup;
       Error error;
       auto endpoint = entry->context->acceptEndpoint(setup, error);
@@ -419,10 +419,7 @@ void PipeCore::establish() {
     for (const auto& c : channels_) channels += " " + c.first + ":" + c.second;
     return channels.empty() ? std::string(", no channels") : ", channels" + channels;
   }());
-  // sendWrite may finish writes (or fail the pipe, finishing all): walk by number.
-  for (uint64_t seq = writes_.empty() ? 0 : writes_.front().seq; WriteOp* op = writes_.find(seq); ++seq) {
-    if (!op->sent && !op->done) sendWrite(*op);
-  }
+  sendUnsent();
   advanceReads();
   if (ready_) {
     auto ready = std::move(ready_);

@@ -7,6 +7,7 @@
 #include <tensorpipe/channel/error.h>
 #include <tensorpipe/common/cpu_buffer.h>
 #include <tensorpipe/common/cuda_buffer.h>
+#include <tensorpipe/channel/cuda_basic/factory.h>
 #include <tensorpipe/channel/cuda_ipc/factory.h>
 #include <tensorpipe/channel/cuda_xth/factory.h>
 #include <tensorpipe/tensorpipe_cuda.h>
@@ -262,10 +263,20 @@ TEST_CASE("the CUDA channels under TensorPipe's names carry CUDA tensors only, a
     CAPTURE(name);
     CHECK(channel->deviceTypes() == std::vector<std::string>{kCudaDeviceType});
     CHECK_FALSE(channel->sendsInline());
+    CHECK(channel->makesEndpoints());
     // Asked without starting CUDA: on these machines (no GPU) never viable.
     if (!std::ifstream("/proc/driver/nvidia/gpus").good() && !std::ifstream("/dev/nvidiactl").good()) {
       CHECK_FALSE(channel->isViable());
     }
+  }
+  // PyTorch's agent makes cuda_basic over a CPU channel; here its bytes ride
+  // the pipe's connection, staged through an endpoint of its own.
+  auto basic = channel::cuda_basic::create(channel::basic::create());
+  CHECK(basic->deviceTypes() == std::vector<std::string>{kCudaDeviceType});
+  CHECK(basic->sendsInline());
+  CHECK(basic->makesEndpoints());
+  if (!std::ifstream("/proc/driver/nvidia/gpus").good() && !std::ifstream("/dev/nvidiactl").good()) {
+    CHECK_FALSE(basic->isViable());
   }
   CudaBuffer buffer{nullptr, nullptr, 1};
   CHECK(Buffer(buffer).device() == Device(kCudaDeviceType, 1));

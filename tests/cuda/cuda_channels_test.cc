@@ -35,12 +35,18 @@ bool noDevice() {
   return true;
 }
 
+// Two contexts of this process and a pipe between them: every backend
+// over shm (cuda_xth is chosen), or only cuda_basic over `basicOver`.
 struct Pair {
-  std::shared_ptr<Context> a = makeFullContext("a");
-  std::shared_ptr<Context> b = makeFullContext("b");
-  std::shared_ptr<Listener> listener = b->listen({"shm://"});
-  std::shared_ptr<Pipe> client = a->connect(listener->url("shm"));
-  std::shared_ptr<Pipe> server = acceptSync(*listener);
+  explicit Pair(const std::string& basicOver = std::string())
+      : a(basicOver.empty() ? makeFullContext("a") : makeCudaBasicContext("a", basicOver)),
+        b(basicOver.empty() ? makeFullContext("b") : makeCudaBasicContext("b", basicOver)),
+        listener(b->listen({basicOver == "tcp" ? "tcp://127.0.0.1:0" : "shm://"})),
+        client(a->connect(listener->url(basicOver.empty() ? "shm" : basicOver))),
+        server(acceptSync(*listener)) {}
+  std::shared_ptr<Context> a, b;
+  std::shared_ptr<Listener> listener;
+  std::shared_ptr<Pipe> client, server;
   ~Pair() {
     client->close();
     server->close();
@@ -210,15 +216,16 @@ TEST_CASE("cuda_ipc descriptor: every field the peer wrote is checked") {
   CHECK(none.slot == kNoEvent);
 }
 
-TEST_CASE("cuda_xth: CUDA tensors of every size and layout between two pipes of one process") {
-  if (noDevice()) return;
+namespace {
+
+void everyLayout(const std::string& basicOver) {
   Error e;
   cudaStream_t stream = cuda::createStream(0, e);
   REQUIRE(!e);
-  Pair p;
+  Pair p(basicOver);
   auto info = p.server->info();  // the acceptor's: established once accepted
   REQUIRE(info.channels.count("cuda") == 1);
-  CHECK(info.channels["cuda"] == "cuda_xth");
+  CHECK(info.channels["cuda"] == (basicOver.empty() ? "cuda_xth" : "cuda_basic"));
   int n = 0;
   for (const auto& layout : cudaLayouts()) {
     CAPTURE(n);
@@ -240,8 +247,7 @@ TEST_CASE("cuda_xth: CUDA tensors of every size and layout between two pipes of 
   REQUIRE(!cuda::destroyStream(stream));
 }
 
-TEST_CASE("cuda_xth: many messages in flight, the sender scribbling over each after its callback, under load") {
-  if (noDevice()) return;
+void manyInFlight(const std::string& basicOver) {
   Error e;
   cudaStream_t stream = cuda::createStream(0, e);
   cudaStream_t loadStream = cuda::createStream(0, e);
@@ -257,7 +263,7 @@ TEST_CASE("cuda_xth: many messages in flight, the sender scribbling over each af
     }
   });
   {
-    Pair p;
+    Pair p(basicOver);
     constexpr int kInFlight = 32;
     std::vector<std::unique_ptr<CudaMessage>> from, to;
     std::vector<std::future<Error>> reads;
@@ -301,6 +307,66 @@ TEST_CASE("cuda_xth: many messages in flight, the sender scribbling over each af
   REQUIRE(!cuda::release(scratch));
   REQUIRE(!cuda::destroyStream(stream));
   REQUIRE(!cuda::destroyStream(loadStream));
+}
+
+}  // namespace
+
+TEST_CASE("cuda_xth: CUDA tensors of every size and layout between two pipes of one process") {
+  if (noDevice()) return;
+  everyLayout("");
+}
+
+TEST_CASE("cuda_xth: many messages in flight, the sender scribbling over each after its callback, under load") {
+  if (noDevice()) return;
+  manyInFlight("");
+}
+
+TEST_CASE("cuda_basic: CUDA tensors of every size and layout, staged over tcp and over shm") {
+  if (noDevice()) return;
+  for (std::string transport : {"tcp", "shm"}) {
+    CAPTURE(transport);
+    everyLayout(transport);
+  }
+}
+
+TEST_CASE("cuda_basic: many messages in flight, the sender scribbling over each after its callback, under load") {
+  if (noDevice()) return;
+  for (std::string transport : {"tcp", "shm"}) {
+    CAPTURE(transport);
+    manyInFlight(transport);
+  }
+}
+
+TEST_CASE("cuda_basic: memory past the tensor's allocation, or host memory named as CUDA, fails that write alone") {
+  if (noDevice()) return;
+  Error e;
+  cudaStream_t stream = cuda::createStream(0, e);
+  REQUIRE(!e);
+  Pair p("tcp");
+  void* block = cuda::allocate(4096, 0, e);
+  REQUIRE(!e);
+  std::vector<uint8_t> host(4096);
+  for (auto [ptr, length] : {std::pair<void*, size_t>{static_cast<char*>(block) + 100, 4096},
+                             std::pair<void*, size_t>{host.data(), 64}}) {
+    Message m;
+    Message::Tensor t;
+    t.buffer = CudaBuffer{ptr, stream, 0};
+    t.length = length;
+    m.tensors.push_back(t);
+    Error we = writeSync(*p.client, std::move(m));
+    CHECK_MESSAGE((we.isOfType<LogicError>() || we.isOfType<CudaError>()), we.what());
+  }
+  // The pipe carries on.
+  std::vector<TensorSpec> layout{{true, 4000, 0, 9}};
+  CudaMessage from(layout, 3, stream), to(layout, 4, stream);
+  from.fill();
+  auto read = readInto(*p.server, to);
+  CHECK(!writeSync(*p.client, from.message("after")));
+  REQUIRE(read.wait_for(30s) == std::future_status::ready);
+  CHECK(!read.get());
+  CHECK(to.compare(from).empty());
+  REQUIRE(!cuda::release(block));
+  REQUIRE(!cuda::destroyStream(stream));
 }
 
 TEST_CASE("cuda_xth: a CPU allocation for a CUDA tensor is refused, and the descriptor waits for a right one") {

@@ -15,29 +15,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Asked in a child, so that this process stays free of CUDA.
-bool noDevice() {
-  Child probe = Child::spawn([](Child& self) {
-    std::string why;
-    int n = cuda::deviceCount(&why);
-    self.send(n > 0 ? "ok" : why);
-    return 0;
-  });
-  std::string said = probe.receive(60s);
-  probe.wait();
-  if (said == "ok") return false;
-  MESSAGE(said);
-  std::printf("%s\n", said.c_str());
-  return true;
-}
+bool noDevice() { return noCudaDeviceAskedInChild(); }
 
-// Child: listen on shm, accept one pipe; read each message into CUDA memory
-// laid out as the sender's, and write it back from there (through cuda_ipc
-// again). Says "read N" after each read.
-int echo(Child& self) {
+// Child: listen on shm (or tcp), accept one pipe; read each message into
+// CUDA memory laid out as the sender's, and write it back from there
+// (through cuda_ipc again, or cuda_basic over tcp). Says "read N" after
+// each read.
+int echoOn(Child& self, const std::string& transport) {
   auto context = makeFullContext("echo");
-  auto listener = context->listen({"shm://"});
-  self.send(listener->url("shm"));
+  auto listener = context->listen({transport == "tcp" ? "tcp://127.0.0.1:0" : "shm://"});
+  self.send(listener->url(transport));
   auto pipe = acceptSync(*listener);
   CHILD_CHECK(pipe != nullptr);
   Error e;
@@ -67,15 +54,18 @@ int echo(Child& self) {
   }
 }
 
-}  // namespace
+int echo(Child& self) { return echoOn(self, "shm"); }
+int echoTcp(Child& self) { return echoOn(self, "tcp"); }
 
-TEST_CASE("cuda_ipc: CUDA tensors of every size and layout to another process and back") {
-  if (noDevice()) return;
-  Child server = Child::spawn(echo, 120s);
+// Every layout to an echo in another process and back, twice, then a burst
+// of 16 scribbled after their callbacks. Over shm the full set of channels
+// picks cuda_ipc; over tcp (no peer process to name) cuda_basic.
+void roundTrips(const std::string& transport) {
+  Child server = Child::spawn(transport == "tcp" ? echoTcp : echo, 120s);
   std::string url = server.receive(60s);
   REQUIRE(!url.empty());
   Child client = Child::spawn(
-      [url](Child& self) {
+      [url, transport](Child& self) {
         auto context = makeFullContext("client");
         auto pipe = context->connect(url);
         Error e;
@@ -133,8 +123,8 @@ TEST_CASE("cuda_ipc: CUDA tensors of every size and layout to another process an
         }
         for (auto& w : writes) CHILD_CHECK(!w.get());
         auto info = pipe->info();
-        CHILD_CHECK(info.transport == "shm");
-        CHILD_CHECK(info.channels["cuda"] == "cuda_ipc");
+        CHILD_CHECK(info.transport == transport);
+        CHILD_CHECK(info.channels["cuda"] == (transport == "tcp" ? "cuda_basic" : "cuda_ipc"));
         self.send("done");
         pipe->close();
         context->join();
@@ -146,9 +136,8 @@ TEST_CASE("cuda_ipc: CUDA tensors of every size and layout to another process an
   CHECK(server.wait(30s) == 0);
 }
 
-TEST_CASE("cuda_ipc: a peer killed mid-transfer fails the writer, no hang") {
-  if (noDevice()) return;
-  Child server = Child::spawn(echo, 120s);
+void killedMidTransfer(const std::string& transport) {
+  Child server = Child::spawn(transport == "tcp" ? echoTcp : echo, 120s);
   std::string url = server.receive(60s);
   REQUIRE(!url.empty());
   Child client = Child::spawn(
@@ -179,4 +168,26 @@ TEST_CASE("cuda_ipc: a peer killed mid-transfer fails the writer, no hang") {
   CHECK(client.receive(60s) == "failed");
   CHECK(client.wait(30s) == 0);
   server.wait(10s);
+}
+
+}  // namespace
+
+TEST_CASE("cuda_ipc: CUDA tensors of every size and layout to another process and back") {
+  if (noDevice()) return;
+  roundTrips("shm");
+}
+
+TEST_CASE("cuda_basic: CUDA tensors of every size and layout to another process over tcp and back") {
+  if (noDevice()) return;
+  roundTrips("tcp");
+}
+
+TEST_CASE("cuda_ipc: a peer killed mid-transfer fails the writer, no hang") {
+  if (noDevice()) return;
+  killedMidTransfer("shm");
+}
+
+TEST_CASE("cuda_basic: a peer killed mid-transfer fails the writer, no hang") {
+  if (noDevice()) return;
+  killedMidTransfer("tcp");
 }

@@ -6,16 +6,51 @@
 // (runtime/cuda.h) touch the device.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/cuda_basic/factory.h>
 #include <actorpipe/runtime/cuda.h>
+#include <actorpipe/transports/shm/factory.h>
+#include <actorpipe/transports/uv/factory.h>
 
 #include "../support/harness.h"
 
 namespace testing {
+
+// A context whose one channel for CUDA tensors is cuda_basic (basic for CPU
+// ones), on one transport ("tcp" or "shm").
+inline std::shared_ptr<actorpipe::Context> makeCudaBasicContext(const std::string& name,
+                                                                const std::string& transport) {
+  auto context = std::make_shared<actorpipe::Context>(actorpipe::ContextOptions().name(name));
+  if (transport == "tcp") context->registerTransport(0, "tcp", actorpipe::transport::uv::create());
+  if (transport == "shm") context->registerTransport(0, "shm", actorpipe::transport::shm::create());
+  context->registerChannel(0, "basic", actorpipe::channel::basic::create());
+  context->registerChannel(0, "cuda_basic", actorpipe::channel::cuda_basic::create());
+  return context;
+}
+
+// Whether there is no CUDA device (then says why, for CTest's skip),
+// asked in a child so that this process stays free of CUDA: CUDA does not
+// survive fork, and the tests that ask this fork their peers.
+inline bool noCudaDeviceAskedInChild() {
+  Child probe = Child::spawn([](Child& self) {
+    std::string why;
+    int n = actorpipe::cuda::deviceCount(&why);
+    self.send(n > 0 ? "ok" : why);
+    return 0;
+  });
+  std::string said = probe.receive(std::chrono::seconds(60));
+  probe.wait();
+  if (said == "ok") return false;
+  MESSAGE(said);
+  std::printf("%s\n", said.c_str());
+  return true;
+}
 
 // One tensor of a message: on the GPU (in allocation `block`, at `offset`),
 // or on the CPU.

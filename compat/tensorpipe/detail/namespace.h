@@ -3,8 +3,7 @@
 // defined there already (runtime/fwd.h says why); here its other top-level
 // names are declared into it one by one, and its transport:: and channel::
 // namespaces see actorpipe's (uv, shm, ibv, basic, xth, cma, mpt, cuda_xth,
-// cuda_ipc, their
-// create() and errors). Not `using namespace actorpipe` at the top level: with
+// cuda_ipc, cuda_basic, their create() and errors). Not `using namespace actorpipe` at the top level: with
 // `using namespace tensorpipe;` in a user's file, `transport::uv::create()`
 // would then be ambiguous between tensorpipe::transport and
 // actorpipe::transport.
