@@ -51,10 +51,14 @@ int deviceCount(std::string* why) {
   static std::string reason;
   std::call_once(once, [] {
     startedFlag.store(true, std::memory_order_release);
-    // Registered after the runtime registered its own teardown, so it runs
-    // first: what outlives main (an endpoint) then leaves CUDA alone.
-    std::atexit([] { actorpipe::detail::cudaExiting().store(true); });
     cudaError_t status = cudaGetDeviceCount(&count);
+    // Registered after the runtime's first call, where it registers its own
+    // teardown, so this runs first (atexit runs last-registered first): what
+    // outlives main (an endpoint, a loop still polling) then leaves CUDA
+    // alone. (It was registered before that call until 2026-11-27, so it ran
+    // after the teardown: the likely cause of the benchmark's segfault at
+    // exit with cuda_ipc.)
+    std::atexit([] { actorpipe::detail::cudaExiting().store(true); });
     if (status != cudaSuccess) {
       count = 0;
       reason = std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorString(status);

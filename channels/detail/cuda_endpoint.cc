@@ -490,6 +490,8 @@ Error CudaEndpoint::orderCopy(Import& in) {
 // --- progress -----------------------------------------------------------------
 
 bool CudaEndpoint::poll() {
+  // After main the runtime may be gone (a loop of a context never joined).
+  if (actorpipe::detail::cudaExiting().load(std::memory_order_relaxed)) return false;
   bool progress = false;
   // Receiver: order copies whose sender is ready, in order; finish copies
   // that completed, in order (an acknowledgement covers every earlier one).

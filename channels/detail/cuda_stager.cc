@@ -160,7 +160,8 @@ void CudaStager::start(void* dst, const void* src, size_t length, bool toHost, c
 }
 
 bool CudaStager::poll() {
-  if (copies_.empty()) return false;
+  // After main the runtime may be gone (a loop of a context never joined).
+  if (copies_.empty() || actorpipe::detail::cudaExiting().load(std::memory_order_relaxed)) return false;
   // Copies on one stream end in order; on several, in any: each is asked.
   std::vector<std::pair<done_fn, Error>> finished;
   for (auto it = copies_.begin(); it != copies_.end();) {

@@ -183,7 +183,9 @@ struct Memory {
     }
   }
   void fill() {
-    for (size_t i = 0; i < parts.size(); ++i) std::memcpy(bytes[i].data(), expected[i].data(), parts[i].length);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].length > 0) std::memcpy(bytes[i].data(), expected[i].data(), parts[i].length);
+    }
   }
   void scribble() {
     for (size_t i = 0; i < parts.size(); ++i) std::memset(bytes[i].data(), 0x5A, parts[i].length);
@@ -227,7 +229,7 @@ struct Memory {
   // Empty when every region holds `sent`'s pattern and its guard byte is intact.
   std::string compare(const Memory& sent) const {
     for (size_t i = 0; i < parts.size(); ++i) {
-      if (std::memcmp(bytes[i].data(), sent.expected[i].data(), parts[i].length) != 0) {
+      if (parts[i].length > 0 && std::memcmp(bytes[i].data(), sent.expected[i].data(), parts[i].length) != 0) {
         size_t at = 0;
         while (bytes[i][at] == sent.expected[i][at]) ++at;
         size_t end = parts[i].length;
