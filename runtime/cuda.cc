@@ -56,8 +56,8 @@ int deviceCount(std::string* why) {
     // teardown, so this runs first (atexit runs last-registered first): what
     // outlives main (an endpoint, a loop still polling) then leaves CUDA
     // alone. (It was registered before that call until 2026-11-27, so it ran
-    // after the teardown: the likely cause of the benchmark's segfault at
-    // exit with cuda_ipc.)
+    // after the teardown. Fixing that did not end the benchmark's segfault
+    // at exit with cuda_ipc: docs/cuda.md, "Known problems".)
     std::atexit([] { actorpipe::detail::cudaExiting().store(true); });
     if (status != cudaSuccess) {
       count = 0;
