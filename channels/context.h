@@ -89,8 +89,11 @@ class Endpoint {
   virtual void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {}
   // Channels whose bytes ride the pipe's connection through host memory
   // (cuda_basic: sendsInline() and an endpoint) lend their staging here.
-  // close() on such an endpoint returns only once no copy it started still
-  // reads or writes a tensor's memory (the pipe then fails the operations).
+  // close() on such an endpoint returns once no copy it started still reads
+  // or writes a tensor's memory (the pipe then fails the operations); a
+  // stager may bound that wait (cuda_basic: 10 s, then it logs). Its
+  // checkBuffer() is asked for the reader's buffer too, with the peer's
+  // length.
   virtual Stager* stager() { return nullptr; }
 };
 

@@ -79,12 +79,29 @@ Error noDevice() {
 }
 }  // namespace
 
+// Runs `call` with `device` current on this thread, then makes the one that
+// was current again: a caller's thread (a CAF worker receiving a tensor the
+// peer named for another GPU) keeps the device it had.
+template <class Call>
+cudaError_t onDevice(int device, Call&& call) {
+  int before = 0;
+  cudaError_t status = cudaGetDevice(&before);
+  if (status != cudaSuccess) return status;
+  if (before != device && (status = cudaSetDevice(device)) != cudaSuccess) return status;
+  status = call();
+  if (before != device) {
+    cudaError_t restored = cudaSetDevice(before);
+    if (status == cudaSuccess) status = restored;
+  }
+  return status;
+}
+
 void* allocate(size_t bytes, int device, Error& error) {
   if ((error = noDevice())) return nullptr;
   void* ptr = nullptr;
-  cudaError_t status = cudaSetDevice(device);
-  if (status == cudaSuccess) status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+  cudaError_t status = onDevice(device, [&] { return cudaMalloc(&ptr, bytes == 0 ? 1 : bytes); });
   if (status != cudaSuccess) {
+    (void)cudaGetLastError();
     error = cudaFailure("cudaMalloc", status);
     return nullptr;
   }
@@ -106,8 +123,7 @@ Error release(void* ptr) {
   if (ptr == nullptr) return Error();
   int device = 0;
   if (auto e = detail::deviceOfPointer(ptr, device)) return e;
-  ACTORPIPE_CUDA_TRY(cudaSetDevice(device));
-  ACTORPIPE_CUDA_TRY(cudaFree(ptr));
+  ACTORPIPE_CUDA_TRY(onDevice(device, [&] { return cudaFree(ptr); }));
   return Error();
 }
 
@@ -120,8 +136,7 @@ Error releaseHost(void* ptr) {
 cudaStream_t createStream(int device, Error& error) {
   if ((error = noDevice())) return nullptr;
   cudaStream_t stream = nullptr;
-  cudaError_t status = cudaSetDevice(device);
-  if (status == cudaSuccess) status = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaError_t status = onDevice(device, [&] { return cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); });
   if (status != cudaSuccess) {
     error = cudaFailure("cudaStreamCreateWithFlags", status);
     return nullptr;

@@ -30,7 +30,8 @@ bool driverShowsDevice();
 // Whether deviceCount() has run in this process (CUDA started by actorpipe).
 bool started();
 
-// Device memory of `bytes` on `device`, or nullptr with `error` set.
+// Device memory of `bytes` on `device`, or nullptr with `error` set. These
+// leave the calling thread's current device as it was.
 void* allocate(size_t bytes, int device, Error& error);
 // Pinned (page-locked) host memory.
 void* allocateHost(size_t bytes, Error& error);

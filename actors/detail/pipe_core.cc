@@ -577,6 +577,12 @@ Error PipeCore::checkAllocation(const Allocation& allocation) const {
                                              frame_.routes[i].channel + "'), got " +
                                              (b.empty() ? std::string("none") : b.device().toString()));
     }
+    // A staged tensor is copied into the buffer chunk by chunk: the stager
+    // checks that all of the peer's length fits there (cuda_basic: device
+    // memory, inside its allocation) before any byte is read.
+    if (!onCpu && frame_.routes[i].inlineData) {
+      if (Error e = endpointFor(frame_.routes[i].channel)->checkBuffer(b, d.tensors[i].length)) return e;
+    }
   }
   return Error();
 }

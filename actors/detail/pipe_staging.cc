@@ -26,8 +26,9 @@
 // Both run on the loop. Stager and connection callbacks may come inside
 // the call that asked (a failing copy, a buffered read): pumpSend and
 // pumpRead do not nest, they loop. When the pipe fails, the stager's
-// close() waits for its copies in flight, so an operation reported failed
-// no longer has its memory read or written.
+// close() waits for its copies in flight (cuda_basic: up to 10 s, then it
+// logs and gives up), so an operation reported failed no longer has its
+// memory read or written.
 #include <actorpipe/actors/detail/pipe_core.h>
 
 #include <actorpipe/channels/context.h>
@@ -164,9 +165,11 @@ void PipeCore::stepSend(const std::shared_ptr<StagedSend>& send) {
     }
     return;
   }
-  // Once the peer is gone (op->error) or the connection failed, nothing
-  // more is asked: what is out still calls back.
-  const bool stopped = op->error || s.error || error_;
+  // Once the connection failed nothing more is asked (what is out still
+  // calls back). A peer that left (op->error) may only have shut its
+  // sending side: the write goes on to its end, as an unstaged one's bytes
+  // do, bounded by the linger timer (onPeerGone), and ends failed.
+  const bool stopped = s.error || error_;
   auto self = shared_from_this();
   while (!stopped && s.copying < s.steps.size()) {
     StagedStep& step = s.steps[s.copying];
@@ -242,9 +245,7 @@ void PipeCore::stepSend(const std::shared_ptr<StagedSend>& send) {
   }
   if ((issued || stopped) && s.copiesOut == 0 && s.writesOut == 0) {
     s.finished = true;
-    Error error = s.error;
-    if (!error && !issued && !op->error) error = error_;
-    wireDone(s.seq, error);
+    wireDone(s.seq, s.error);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <random>
 
 #include <actorpipe/channels/basic/factory.h>
+#include <actorpipe/channels/xth/factory.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/uv/factory.h>
@@ -37,6 +38,8 @@ struct StagerStats {
   std::atomic<int> outCopies{0};   // toHost calls, numbered
   std::atomic<int> afterClose{0};  // copies asked after close(): must stay 0
   std::atomic<int> failAt{-1};     // the toHost call with this number fails
+  std::atomic<bool> noSlots{false};  // slot() fails (no host memory to lend)
+  std::atomic<const void*> refused{nullptr};  // checkBuffer() refuses this memory
 };
 
 class TestStager final : public channel::Endpoint,
@@ -65,10 +68,20 @@ class TestStager final : public channel::Endpoint,
   }
   void attach(actorpipe::detail::Loop& loop) override { loop_ = &loop; }
   Stager* stager() override { return this; }
+  Error checkBuffer(const Buffer& buffer, size_t length) override {
+    if (std::as_const(buffer).unwrap<CudaBuffer>().ptr == stats_.refused.load()) {
+      return ACTORPIPE_ERROR(LogicError, "the test stager refuses this buffer for " + std::to_string(length) + " bytes");
+    }
+    return Error();
+  }
 
   size_t chunkBytes() const override { return chunk_; }
   void* slot(Side side, size_t slot, Error& error) override {
     REQUIRE(slot < kSlots);
+    if (stats_.noSlots.load()) {
+      error = ACTORPIPE_ERROR(SystemError, "the test stager's host memory", 12);  // ENOMEM
+      return nullptr;
+    }
     return slots_[side == Side::kOut ? 0 : 1][slot].data();
   }
   void toHost(void* host, const Buffer& buffer, size_t offset, size_t length, done_fn done) override {
@@ -160,6 +173,9 @@ std::shared_ptr<Context> stagingContext(const std::string& name, const std::stri
   if (transport == "tcp") context->registerTransport(0, "tcp", transport::uv::create());
   if (transport == "shm") context->registerTransport(0, "shm", transport::shm::create());
   context->registerChannel(0, "basic", channel::basic::create());
+  // In one process, CPU tensors from 16 KiB take xth, out of band, beside
+  // the staged ones on the connection.
+  context->registerChannel(20, "xth", channel::xth::create());
   context->registerChannel(0, "staged", std::make_shared<TestStagingChannel>(chunk, stats));
   return context;
 }
@@ -285,6 +301,10 @@ std::vector<std::vector<Part>> layouts(size_t c) {
   out.push_back({{Part::kPayload, 100}, {Part::kStaged, 3 * c + 1}, {Part::kCpu, 777}, {Part::kStaged, 0},
                  {Part::kStaged, c / 2}, {Part::kCpu, 5}});
   out.push_back({{Part::kPayload, 10}, {Part::kCpu, 10000}});  // nothing staged, behind staged ones
+  // An out-of-band CPU tensor (xth, in one process) between staged ones;
+  // a message whose only staged tensor is empty.
+  out.push_back({{Part::kStaged, 2 * c + 3}, {Part::kCpu, size_t{100} << 10}, {Part::kStaged, c}});
+  out.push_back({{Part::kCpu, 64}, {Part::kStaged, 0}});
   return out;
 }
 
@@ -508,6 +528,94 @@ TEST_CASE("staged tensors: closing a pipe mid-transfer fails its operations, and
     (void)read.get();  // whole, or failed with the pipe: either is right
     CHECK(p.stats.afterClose.load() == 0);
   }
+}
+
+TEST_CASE("staged tensors: a reader's buffer the stager refuses fails that read alone; the descriptor waits") {
+  Pair p("tcp", 4096);
+  Memory from({{Part::kStaged, 50000}}, 3), wrong({{Part::kStaged, 50000}}, 4), right({{Part::kStaged, 50000}}, 5);
+  from.fill();
+  p.stats.refused = wrong.bytes[0].data();
+  auto refused = std::make_shared<std::promise<Error>>();
+  auto landed = std::make_shared<std::promise<Error>>();
+  p.server->readDescriptor([&, refused, landed](const Error& e, Descriptor) {
+    if (e) return refused->set_value(e);
+    p.server->read(wrong.allocation(), [&, refused, landed](const Error& e) {
+      refused->set_value(e);
+      p.server->read(right.allocation(), [landed](const Error& e) { landed->set_value(e); });
+    });
+  });
+  CHECK(!writeSync(*p.client, from.message("x"), 30s));
+  auto r1 = refused->get_future();
+  auto r2 = landed->get_future();
+  REQUIRE(r1.wait_for(30s) == std::future_status::ready);
+  Error e1 = r1.get();
+  CHECK(e1.isOfType<LogicError>());
+  CHECK_MESSAGE(e1.what().find("refuses this buffer for 50000 bytes") != std::string::npos, e1.what());
+  REQUIRE(r2.wait_for(30s) == std::future_status::ready);
+  CHECK(!r2.get());
+  CHECK(right.compare(from).empty());
+}
+
+TEST_CASE("staged tensors: a stager with no host memory to lend fails the write, clearly") {
+  Pair p("tcp", 4096);
+  p.stats.noSlots = true;
+  Memory from({{Part::kStaged, 10000}}, 1);
+  from.fill();
+  Error we = writeSync(*p.client, from.message("x"), 30s);
+  CHECK(we.isOfType<SystemError>());
+  CHECK_MESSAGE(we.what().find("host memory") != std::string::npos, we.what());
+}
+
+TEST_CASE("staged tensors: a peer that shuts its sending side mid-write still gets the whole message") {
+  // As an unstaged write's bytes: the peer may only have half-closed, so
+  // the write goes on to its end (bounded by the linger timer), then
+  // reports the peer's leaving.
+  StagerStats stats;
+  constexpr size_t kChunk = 4096;
+  constexpr size_t kLength = size_t{8} << 20;
+  auto context = stagingContext("writer", "tcp", kChunk, stats);
+  RawServer raw;
+  auto pipe = context->connect(raw.url());
+  int fd = raw.accept();
+  REQUIRE(fd >= 0);
+  CHECK(!recvFrame(fd).empty());  // the hello
+  wire::Welcome w;
+  w.contextName = "raw";
+  w.transport = "tcp";
+  w.channels.emplace_back(kCpuDeviceType, "basic");
+  w.channels.emplace_back(kCudaDeviceType, "staged");
+  w.setups.emplace_back("staged", "");
+  sendAll(fd, frame(wire::FrameType::kWelcome, wire::encode(w)));
+  Memory from({{Part::kStaged, kLength}}, 7);
+  from.fill();
+  auto promise = std::make_shared<std::promise<Error>>();
+  auto wrote = promise->get_future();
+  pipe->write(from.message("big"), [promise](const Error& e) { promise->set_value(e); });
+  // The message's frame, then a little of its tensor, then EOF our way.
+  std::string message = recvFrame(fd);
+  REQUIRE(!message.empty());
+  std::vector<uint8_t> got(kLength);
+  size_t have = 0;
+  auto take = [&](size_t upTo) {
+    while (have < upTo) {
+      ssize_t n = ::recv(fd, got.data() + have, upTo - have, 0);
+      if (n <= 0) return false;
+      have += static_cast<size_t>(n);
+    }
+    return true;
+  };
+  REQUIRE(take(64 << 10));
+  ::shutdown(fd, SHUT_WR);
+  std::this_thread::sleep_for(100ms);  // the writer sees EOF while chunks remain
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  CHECK_MESSAGE(take(kLength), "the tensor stopped after " << have << " of " << kLength << " bytes");
+  CHECK(std::memcmp(got.data(), from.expected[0].data(), have) == 0);
+  REQUIRE(wrote.wait_for(30s) == std::future_status::ready);
+  CHECK(wrote.get());  // failed: the peer left before it could answer
+  ::close(fd);
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("hostile: a CUDA tensor inline on a channel that does not stage, or out of band on one that does") {
