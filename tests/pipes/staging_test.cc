@@ -270,6 +270,22 @@ std::future<Error> readInto(Pipe& pipe, Memory& into, std::string* metadata = nu
   return future;
 }
 
+// A raw peer's side of the handshake: accepts, reads the hello, and
+// welcomes the connector with "cuda" tensors mapped to `channel`.
+int rawWelcome(RawServer& raw, const std::string& channel) {
+  int fd = raw.accept();
+  REQUIRE(fd >= 0);
+  CHECK(!recvFrame(fd).empty());  // the hello
+  wire::Welcome w;
+  w.contextName = "raw";
+  w.transport = "tcp";
+  w.channels.emplace_back(kCpuDeviceType, "basic");
+  w.channels.emplace_back(kCudaDeviceType, channel);
+  if (channel == "staged") w.setups.emplace_back("staged", "");
+  sendAll(fd, frame(wire::FrameType::kWelcome, wire::encode(w)));
+  return fd;
+}
+
 struct Pair {
   StagerStats stats;
   std::shared_ptr<Context> a, b;
@@ -576,16 +592,7 @@ TEST_CASE("staged tensors: a peer that shuts its sending side mid-write still ge
   auto context = stagingContext("writer", "tcp", kChunk, stats);
   RawServer raw;
   auto pipe = context->connect(raw.url());
-  int fd = raw.accept();
-  REQUIRE(fd >= 0);
-  CHECK(!recvFrame(fd).empty());  // the hello
-  wire::Welcome w;
-  w.contextName = "raw";
-  w.transport = "tcp";
-  w.channels.emplace_back(kCpuDeviceType, "basic");
-  w.channels.emplace_back(kCudaDeviceType, "staged");
-  w.setups.emplace_back("staged", "");
-  sendAll(fd, frame(wire::FrameType::kWelcome, wire::encode(w)));
+  int fd = rawWelcome(raw, "staged");
   Memory from({{Part::kStaged, kLength}}, 7);
   from.fill();
   auto promise = std::make_shared<std::promise<Error>>();
@@ -626,16 +633,7 @@ TEST_CASE("hostile: a CUDA tensor inline on a channel that does not stage, or ou
   auto attack = [&](const std::string& channel, bool inlineData) {
     RawServer raw;
     auto pipe = context->connect(raw.url());
-    int fd = raw.accept();
-    REQUIRE(fd >= 0);
-    CHECK(!recvFrame(fd).empty());  // the hello
-    wire::Welcome w;
-    w.contextName = "raw";
-    w.transport = "tcp";
-    w.channels.emplace_back(kCpuDeviceType, "basic");
-    w.channels.emplace_back(kCudaDeviceType, channel);
-    if (channel == "staged") w.setups.emplace_back("staged", "");
-    sendAll(fd, frame(wire::FrameType::kWelcome, wire::encode(w)));
+    int fd = rawWelcome(raw, channel);
     wire::MessageFrame m;
     m.descriptor.tensors.push_back({4096, Device{kCudaDeviceType, 0}, nullopt, ""});
     m.routes.push_back({channel, inlineData, ""});
