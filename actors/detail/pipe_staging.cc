@@ -12,10 +12,12 @@
 // done. Its slot is free again when the connection's write of it calls
 // back. Slots are the pipe's, per direction, not one write's: a write's
 // last chunks may still wait on the connection while the next write
-// copies its first (a test caught exactly that). Until the last step is handed to the connection, no other write
-// may put bytes on it (staging_ holds them back, sendUnsent lets them go);
-// the write counts as on the wire (its memory still read) from its first
-// copy to its last connection callback.
+// copies its first (a test caught exactly that). Until the last step is
+// handed to the connection, no other write may put bytes on it (staging_
+// holds them back, sendUnsent lets them go); the write counts as on the
+// wire (its memory still read) from its first copy to its last connection
+// callback. A peer that leaves (onPeerGone) does not stop it: it may only
+// have shut its sending side.
 //
 // Receiver: the read's connection part becomes the same steps. A chunk is
 // read into a free slot, then copied into the tensor; the slot is free
