@@ -522,16 +522,16 @@ void PipeCore::onFrame() {
     const auto& route = frame_.routes[i];
     auto it = channels_.find(frame_.descriptor.tensors[i].sourceDevice.type);
     // Any negotiated channel may send a tensor inline; out of band needs its endpoint.
-    bool outOfBandPossible = endpointFor(route.channel) != nullptr;
-    if (it == channels_.end() || it->second != route.channel || (!route.inlineData && !outOfBandPossible)) {
+    channel::Endpoint* endpoint = endpointFor(route.channel);
+    if (it == channels_.end() || it->second != route.channel || (!route.inlineData && endpoint == nullptr)) {
       return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) +
                                                      " arrives on channel '" + route.channel +
                                                      "', which this pipe did not negotiate"));
     }
     // Inline means on the connection: CPU memory, or another device's
     // through a staging channel's host memory, and those never out of band.
-    const bool staging = outOfBandPossible && endpointFor(route.channel)->stager() != nullptr;
     const bool onCpu = frame_.descriptor.tensors[i].sourceDevice.type == kCpuDeviceType;
+    const bool staging = endpoint != nullptr && endpoint->stager() != nullptr;
     if (route.inlineData && !onCpu && !staging) {
       return fail(ACTORPIPE_ERROR(ProtocolError, "tensor " + std::to_string(i) + " from " +
                                                      frame_.descriptor.tensors[i].sourceDevice.toString() +
