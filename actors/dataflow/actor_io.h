@@ -148,6 +148,51 @@ private:
   std::function<void(Status)> callback_;
 };
 
+// A question parked until a bounded workqueue has room. It is counted as
+// asked from the moment it is numbered, so whichever way it ends it must be
+// settled exactly once: written (resolved OPEN), refused (resolved CLOSED or
+// DRAINED: withdrawn), or dropped unwritten because its actor ended
+// (destroyed unresolved: withdrawn). Withdrawing in resolve(), not in the
+// posted callback, keeps the count right when the actor ends between the
+// two.
+template <class Q, class A>
+class QuestionWriteWaiter final : public WriteWaiter<Job<Q>> {
+public:
+  QuestionWriteWaiter(caf::scheduled_actor* self, WorkQueue<Q, A> queue, Job<Q> job,
+                      std::function<void(Status)> callback)
+    : actor_(self), queue_(std::move(queue)), id_(job.id), callback_(std::move(callback)) {
+    items_.push_back(std::move(job));
+  }
+  ~QuestionWriteWaiter() override {
+    if (!settled_)
+      queue_.withdraw(id_);
+  }
+
+  bool stillWaiting() const override { return actor_.alive(); }
+  std::vector<Job<Q>>& pendingItems() override { return items_; }
+
+  void resolve(Status status) override {
+    settle(status);
+    actor_.post(std::make_shared<WriteContinuation>(status, std::move(callback_)));
+  }
+
+  // Also for a write that happened (or was refused) without parking.
+  void settle(Status status) {
+    settled_ = true;
+    if (status != Status::kOpen)
+      queue_.withdraw(id_);
+  }
+  std::function<void(Status)> takeCallback() { return std::move(callback_); }
+
+private:
+  ActorResumer actor_;
+  WorkQueue<Q, A> queue_;
+  std::uint64_t id_;
+  std::vector<Job<Q>> items_;
+  std::function<void(Status)> callback_;
+  bool settled_ = false;
+};
+
 } // namespace detail
 
 // Reads one item for the actor `self`; `onRead(ReadResult<T>)` runs in the
@@ -207,6 +252,43 @@ void readThen(caf::scheduled_actor* self, Worker<Q, A>& worker, F&& onRead) {
            [&worker, onRead = std::forward<F>(onRead)](ReadResult<Job<Q>> job) mutable {
              onRead(worker.adopt(std::move(job)));
            });
+}
+
+// The owner's side of a workqueue from inside an actor (a workqueue as a
+// dataflow stage: Dag::stage(input, queue)).
+//
+// Asks `question` without blocking: `onWritten(Status)` runs in the actor's
+// context with OPEN once the question is queued (its answer comes through
+// readThen(self, queue, ...) below, or the queue's read()), or CLOSED /
+// DRAINED if the queue was closed first (the question was not asked).
+template <class Q, class A, class U, class F>
+void writeThen(caf::scheduled_actor* self, WorkQueue<Q, A> queue, U&& question, F&& onWritten) {
+  auto waiter = std::make_shared<detail::QuestionWriteWaiter<Q, A>>(
+    self, queue, queue.number(Q(std::forward<U>(question))),
+    std::function<void(Status)>(std::forward<F>(onWritten)));
+  const auto& state = queue.questions().state();
+  auto status = state->write(
+    1, [&](auto& out) { out.push_back(std::move(waiter->pendingItems().front())); }, nullptr,
+    false);
+  if (status == Status::kFull) {
+    auto raced = state->writeOrPark(waiter);
+    if (!raced)
+      return;
+    status = *raced;
+  }
+  waiter->settle(status);
+  detail::runInActor(self, std::make_shared<detail::WriteContinuation>(
+                               status, waiter->takeCallback()));
+}
+
+// The next answer, in completion order, for the actor `self`: `onRead(
+// ReadResult<Answer<A>>)` runs in its context with an answer (value or the
+// worker's error: Answer::get() rethrows it), or DRAINED once the queue is
+// closed and every question asked has been answered and read. Answers to
+// questions asked with WorkQueue::ask go to their futures, never here.
+template <class Q, class A, class F>
+void readThen(caf::scheduled_actor* self, const WorkQueue<Q, A>& queue, F&& onRead) {
+  readThen(self, queue.answers(), std::forward<F>(onRead));
 }
 
 } // namespace actorpipe::dataflow

@@ -322,6 +322,18 @@ public:
 
   Worker<Q, A> worker() const { return Worker<Q, A>(state_); }
 
+  // -- for an owner that must not block (writeThen/readThen in actor_io.h) ----
+
+  // The question numbered and counted as asked, to be written to
+  // questions(); if that write is refused, withdraw(id) uncounts it (else the
+  // answers would wait for it for ever).
+  Job<Q> number(Q question) {
+    return Job<Q>{state_->registerQuestion(std::nullopt), std::move(question)};
+  }
+  void withdraw(std::uint64_t id) { state_->unregisterQuestion(id); }
+  const Channel<Job<Q>>& questions() const { return state_->questions; }
+  const Channel<Answer<A>>& answers() const { return state_->answers; }
+
   bool sameQueue(const WorkQueue& other) const { return state_ == other.state_; }
 
 private:

@@ -2,7 +2,8 @@
 // worker as a dataflow stage (readThen on a Worker, actors/dataflow/
 // actor_io.h): questions answered by workers on other nodes, a worker that
 // goes away (destroyed, or its process killed) answers with WorkerLost,
-// answers to jobs a worker does not hold are refused.
+// answers to jobs a worker does not hold are refused; an exported workqueue
+// as a Dag stage whose workers are on other nodes.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "remote_support.h"
 
 #include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/dataflow/dag.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/actors/remote/workqueue.h>
 
@@ -36,6 +38,45 @@ Tensor filled(int64_t n, float value) {
   for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = value;
   return t;
 }
+
+// A worker in a child process that reads one job of the workqueue "q" at
+// the URL it is sent, says "holding <question>", and waits to be killed.
+// Forked before the test starts threads (under TSan a child forked from
+// threads cannot start its own); it learns the owner's URL on a pipe,
+// sendUrl() below.
+struct HoldingWorker {
+  int urlPipe[2];
+  Child child;
+
+  HoldingWorker() : child(spawn(urlPipe)) { ::close(urlPipe[0]); }
+
+  void sendUrl(const std::string& ownerUrl) {
+    std::string url = ownerUrl + "\n";
+    REQUIRE(::write(urlPipe[1], url.data(), url.size()) == ssize_t(url.size()));
+    ::close(urlPipe[1]);
+  }
+
+ private:
+  static Child spawn(int (&urlPipe)[2]) {
+    REQUIRE(::pipe(urlPipe) == 0);
+    return Child::spawn(
+        [&urlPipe](Child& self) {
+          ::close(urlPipe[1]);
+          std::string url;
+          char c;
+          while (::read(urlPipe[0], &c, 1) == 1 && c != '\n') url += c;
+          TestNode node;
+          auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), url, "q");
+          CHILD_CHECK(worker);
+          auto job = worker->read();
+          CHILD_CHECK(job);
+          self.send("holding " + std::to_string(job.item->question));
+          std::this_thread::sleep_for(60s);  // killed before it answers
+          return 0;
+        },
+        std::chrono::seconds(60));
+  }
+};
 
 }  // namespace
 
@@ -148,34 +189,12 @@ TEST_CASE("a remote worker destroyed with a job unanswered: the owner gets Worke
 }
 
 TEST_CASE("a worker's process killed while holding a job: WorkerLost, the rest served elsewhere") {
-  // The child is forked before this process starts threads (under TSan a
-  // child forked from threads cannot start its own), and learns the
-  // owner's URL on a pipe.
-  int urlPipe[2];
-  REQUIRE(::pipe(urlPipe) == 0);
-  Child child = Child::spawn(
-      [&urlPipe](Child& self) {
-        ::close(urlPipe[1]);
-        std::string url;
-        char c;
-        while (::read(urlPipe[0], &c, 1) == 1 && c != '\n') url += c;
-        TestNode node;
-        auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), url, "q");
-        CHILD_CHECK(worker);
-        auto job = worker->read();
-        CHILD_CHECK(job);
-        self.send("holding " + std::to_string(job.item->question));
-        std::this_thread::sleep_for(60s);  // killed before it answers
-        return 0;
-      },
-      std::chrono::seconds(60));
-  ::close(urlPipe[0]);
+  HoldingWorker holder;
+  Child& child = holder.child;
   TestNode owner;
   WorkQueue<int32_t, int32_t> queue;
   REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
-  std::string url = owner.node().url("tcp") + "\n";
-  REQUIRE(::write(urlPipe[1], url.data(), url.size()) == ssize_t(url.size()));
-  ::close(urlPipe[1]);
+  holder.sendUrl(owner.node().url("tcp"));
   auto first = queue.ask(1);
   REQUIRE(child.receive() == "holding 1");
   auto second = queue.ask(2);  // stays queued: the child reads no more
@@ -192,6 +211,84 @@ TEST_CASE("a worker's process killed while holding a job: WorkerLost, the rest s
   CHECK(job.item->question == 2);
   worker.answer(job.item->id, 20);
   CHECK(second.get() == 20);
+  child.wait();
+}
+
+TEST_CASE("a Dag stage whose workers are on two other nodes: closing its input ends them all") {
+  TestNode owner, first, second;
+  WorkQueue<Tensor, double> queue(4);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "sums"));
+  actorpipe::dataflow::Dag dag(owner.system());
+  actorpipe::dataflow::Channel<Tensor> input(8);
+  auto sums = dag.stage(input, queue, 8);
+  // An actor on one node (serveFrom), a thread on the other (RemoteWorker).
+  auto handle = actorpipe::remote::openWorkQueue<Tensor, double>(first.node(),
+                                                                 owner.node().url("shm"), "sums");
+  REQUIRE(handle);
+  auto served = std::make_shared<std::promise<std::pair<caf::error, int>>>();
+  auto server = first.system().spawn([=, to = *handle](caf::stateful_actor<int>* self) -> caf::behavior {
+    actorpipe::remote::serveFrom<Tensor, double>(
+        self, to,
+        [self](Tensor t) {
+          ++self->state;
+          return sumOf(t);
+        },
+        [self, served](caf::error error) {
+          served->set_value({std::move(error), self->state});
+          self->quit();
+        });
+    return {[](int32_t) {}};
+  });
+  std::atomic<size_t> byThread{0};
+  std::thread worker([&] {
+    auto remote = RemoteWorker<Tensor, double>::open(second.node(), owner.node().url("tcp"), "sums");
+    REQUIRE(remote);
+    byThread += remote->serve([](Tensor t) { return sumOf(t); });
+    CHECK(!remote->error());
+  });
+  constexpr int kItems = 200;
+  std::thread producer([&] {
+    for (int i = 0; i < kItems; ++i) REQUIRE(input.write(filled(32, float(i))) == Status::kOpen);
+    input.close();  // the only shutdown: it travels to both nodes' workers
+  });
+  double total = 0;
+  int count = 0;
+  for (auto read = sums.read(); read.item; read = sums.read()) {
+    total += *read.item;
+    ++count;
+  }
+  producer.join();
+  worker.join();
+  REQUIRE(dag.waitFor(30s));
+  auto done = served->get_future();
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  auto [error, byActor] = done.get();
+  CHECK(!error);
+  CHECK(count == kItems);
+  CHECK(total == 32.0 * kItems * (kItems - 1) / 2);
+  CHECK(size_t(byActor) + byThread.load() == size_t(kItems));
+  MESSAGE("served by the actor on one node: " << byActor << ", by the thread on the other: "
+                                              << byThread.load());
+}
+
+TEST_CASE("a Dag stage whose worker's process is killed holding a job: wait() throws WorkerLost") {
+  HoldingWorker holder;
+  Child& child = holder.child;
+  TestNode owner;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  actorpipe::dataflow::Dag dag(owner.system());
+  actorpipe::dataflow::Channel<int32_t> input(4);
+  auto answers = dag.stage(input, queue);
+  holder.sendUrl(owner.node().url("tcp"));
+  REQUIRE(input.write(7) == Status::kOpen);
+  REQUIRE(child.receive() == "holding 7");
+  child.kill(SIGKILL);
+  // The lost job ends the stage and is its error (a timeout returns false
+  // instead of throwing).
+  CHECK_THROWS_AS(dag.waitFor(10s), WorkerLost);
+  CHECK(answers.read().status == Status::kDrained);
+  CHECK(input.write(8) != Status::kOpen);  // closed upstream
   child.wait();
 }
 
