@@ -173,7 +173,6 @@ TEST_CASE("dag: the queue closed under a parked question: it is withdrawn, the a
 TEST_CASE("writeThen/readThen on a workqueue: an owner actor asks and reads without blocking") {
   TestSystem system(2);
   WorkQueue<int, int> queue(1); // bounded: every write after the first parks
-  std::thread worker([queue] { queue.worker().serve([](int x) { return -x; }); });
   auto result = std::make_shared<std::promise<std::pair<int, Status>>>();
   // Held: a parked write holds its actor only weakly.
   auto owner = system.get().spawn([queue, result](caf::event_based_actor* self) mutable -> caf::behavior {
@@ -207,6 +206,10 @@ TEST_CASE("writeThen/readThen on a workqueue: an owner actor asks and reads with
     (*ask)(1);
     return {[](int) {}};
   });
+  // Started after the spawn: the actor, built on this thread, is then
+  // ordered before the worker's first post to it in a way TSan sees (the
+  // real order runs through CAF's scheduler, which it cannot see).
+  std::thread worker([queue] { queue.worker().serve([](int x) { return -x; }); });
   auto done = result->get_future();
   REQUIRE(done.wait_for(30s) == std::future_status::ready);
   auto [sum, status] = done.get();
