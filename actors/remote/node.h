@@ -132,6 +132,7 @@ enum class RemoteError : uint8_t {
   kUnsendable = 5,   // a type in the message cannot be encoded, or it is too big
   kBadInterface = 6, // the published actor's interface is not the handle's
   kWindowFull = 7,   // trySend: the window to the actor's node is full
+  kClosed = 8,       // a client or server closed (client_server.h)
 };
 caf::error makeError(RemoteError code, std::string text);
 // Whether `error` is this layer's `code`.

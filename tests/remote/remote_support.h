@@ -1,11 +1,14 @@
 #pragma once
 // Nodes for the remote-actor tests: an actor system with actorpipe's
 // message types, a Node on loopback, and the actors the tests publish.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -116,6 +119,36 @@ inline caf::behavior sleeper(caf::stateful_actor<std::vector<caf::response_promi
       },
   };
 }
+
+// A URL for a forked child, sent after the fork: the child is forked
+// before the test starts threads (under TSan a child forked from threads
+// cannot start its own), so the node whose URL it needs is made after.
+class UrlPipe {
+ public:
+  UrlPipe() {
+    if (::pipe(fds_) != 0) throw std::runtime_error("pipe() failed");
+  }
+  // In the child: the URL, once the parent sent it ("" if it never does).
+  std::string receive() {
+    ::close(fds_[1]);
+    std::string url;
+    char c;
+    while (::read(fds_[0], &c, 1) == 1 && c != '\n') url += c;
+    return url;
+  }
+  // In the parent, right after the fork.
+  void forked() { ::close(fds_[0]); }
+  // In the parent.
+  bool send(const std::string& url) {
+    std::string line = url + "\n";
+    bool sent = ::write(fds_[1], line.data(), line.size()) == ssize_t(line.size());
+    ::close(fds_[1]);
+    return sent;
+  }
+
+ private:
+  int fds_[2];
+};
 
 inline void publishAll(TestNode& node) {
   auto& system = node.system();

@@ -41,41 +41,23 @@ Tensor filled(int64_t n, float value) {
 
 // A worker in a child process that reads one job of the workqueue "q" at
 // the URL it is sent, says "holding <question>", and waits to be killed.
-// Forked before the test starts threads (under TSan a child forked from
-// threads cannot start its own); it learns the owner's URL on a pipe,
-// sendUrl() below.
 struct HoldingWorker {
-  int urlPipe[2];
-  Child child;
+  UrlPipe url;
+  Child child = Child::spawn(
+      [this](Child& self) {
+        TestNode node;
+        auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), url.receive(), "q");
+        CHILD_CHECK(worker);
+        auto job = worker->read();
+        CHILD_CHECK(job);
+        self.send("holding " + std::to_string(job.item->question));
+        std::this_thread::sleep_for(60s);  // killed before it answers
+        return 0;
+      },
+      std::chrono::seconds(60));
 
-  HoldingWorker() : child(spawn(urlPipe)) { ::close(urlPipe[0]); }
-
-  void sendUrl(const std::string& ownerUrl) {
-    std::string url = ownerUrl + "\n";
-    REQUIRE(::write(urlPipe[1], url.data(), url.size()) == ssize_t(url.size()));
-    ::close(urlPipe[1]);
-  }
-
- private:
-  static Child spawn(int (&urlPipe)[2]) {
-    REQUIRE(::pipe(urlPipe) == 0);
-    return Child::spawn(
-        [&urlPipe](Child& self) {
-          ::close(urlPipe[1]);
-          std::string url;
-          char c;
-          while (::read(urlPipe[0], &c, 1) == 1 && c != '\n') url += c;
-          TestNode node;
-          auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), url, "q");
-          CHILD_CHECK(worker);
-          auto job = worker->read();
-          CHILD_CHECK(job);
-          self.send("holding " + std::to_string(job.item->question));
-          std::this_thread::sleep_for(60s);  // killed before it answers
-          return 0;
-        },
-        std::chrono::seconds(60));
-  }
+  HoldingWorker() { url.forked(); }
+  void sendUrl(const std::string& ownerUrl) { REQUIRE(url.send(ownerUrl)); }
 };
 
 }  // namespace

@@ -1,0 +1,561 @@
+#include <actorpipe/actors/remote/client_server.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <actorpipe/actors/dataflow/actor_io.h>
+#include <actorpipe/actors/dataflow/channel.h>
+#include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/node.h>
+
+// The protocol, between a client's two actors and the server's two:
+//   client (its scoped actor) -> server actor: (cshello, agent) -> (id, sender)
+//   client (its scoped actor) -> server actor: (csmsg, message) -> bool
+//   server (its scoped actor) -> client agent: (csmsg, message) -> bool
+// A message is answered once it is queued at the receiver (true) or its
+// queue is closed (false); a full queue parks the answer, which is the
+// backpressure. The hello's answer names the server's sending actor, the
+// only sender a client's agent hears; the server hears a client only from
+// the sender that said hello. Each side monitors the other's actor that
+// lives as long as the other object (the agent; the server actor) and
+// closes that peer's queue when it goes, after storing why.
+namespace actorpipe::remote {
+
+namespace {
+
+using cs_hello_atom = caf::atom_constant<caf::atom("cshello")>;
+using cs_message_atom = caf::atom_constant<caf::atom("csmsg")>;
+
+using Inbox = dataflow::Channel<caf::message>;
+using dataflow::Status;
+
+// Clients gone and not yet told (by receive or receiveAny) that are kept:
+// past this the oldest is forgotten, so clients that come and go while the
+// server never receives cannot grow the table without bound.
+constexpr size_t kMaxGoneKept = 1024;
+
+// A peer's sends parked for room in one queue: an honest peer has one (its
+// sends are made one at a time); a peer that asks from many threads is cut
+// off here rather than holding a response promise per message.
+constexpr size_t kMaxWaitingSends = 16;
+
+std::string publishedName(const std::string& name) { return "clientserver:" + name; }
+
+// Why `who` is gone, from its actor's exit reason: the node layer's error
+// as it is (it names the node and the cause), else kClosed.
+caf::error goneError(caf::actor_system& system, const std::string& who, const caf::error& reason) {
+  if (isError(reason, RemoteError::kNodeLost) || isError(reason, RemoteError::kNodeLeft)) {
+    auto code = isError(reason, RemoteError::kNodeLost) ? RemoteError::kNodeLost : RemoteError::kNodeLeft;
+    return makeError(code, who + ": " + system.render(reason));
+  }
+  return makeError(RemoteError::kClosed, who + " closed");
+}
+
+caf::error timedOut(const std::string& what) {
+  return caf::make_error(caf::sec::request_timeout, what + ": nothing came in time");
+}
+
+// Past a year is for ever (and keeps now + timeout from overflowing).
+std::chrono::steady_clock::time_point deadlineOf(Timeout timeout) {
+  if (timeout > std::chrono::hours(24 * 365)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+// One received message from `inbox`, waiting until `deadline`.
+dataflow::ReadResult<caf::message> readUntil(const Inbox& inbox,
+                                             std::chrono::steady_clock::time_point deadline) {
+  if (deadline == std::chrono::steady_clock::time_point::max()) return inbox.read();
+  auto left = deadline - std::chrono::steady_clock::now();
+  return inbox.readFor(std::max(left, decltype(left)::zero()));
+}
+
+// Asks `to` to take `message` through `self`; kClosed if its queue was closed.
+caf::error sendThrough(caf::scoped_actor& self, const caf::actor& to, caf::message message,
+                       const std::string& who) {
+  caf::error result;
+  self->request(to, caf::infinite, cs_message_atom::value, std::move(message))
+      .receive(
+          [&](bool queued) {
+            if (!queued) result = makeError(RemoteError::kClosed, who + " closed");
+          },
+          [&](caf::error& error) { result = std::move(error); });
+  return result;
+}
+
+} // namespace
+
+namespace detail {
+
+struct ServerShared {
+  ServerShared(Node& n, std::string nm, ClientServerOptions o)
+      : node(n), system(n.system()), name(std::move(nm)), options(o), self(system) {}
+
+  struct Entry {
+    caf::actor_addr sender;  // its sends come from this actor
+    caf::actor agent;        // ours go to this one
+    caf::node_id node;
+    Inbox inbox;
+    size_t waiting = 0;  // its sends parked for room (the server actor's)
+    caf::error gone;     // why it left; none while connected
+  };
+
+  Node& node;
+  caf::actor_system& system;
+  const std::string name;
+  const ClientServerOptions options;
+
+  mutable std::mutex mutex;
+  std::condition_variable changed;  // a client came or went
+  std::map<int, Entry> clients;     // a gone one stays until its loss is told
+  std::map<caf::actor_addr, int> bySender;
+  std::map<caf::node_id, size_t> perNode;
+  std::vector<std::shared_ptr<dataflow::detail::Signal>> watchers;  // receiveAny's
+  uint64_t generation = 0;  // bumped whenever `clients` changes
+  size_t goneKept = 0;  // entries of `clients` that are gone
+  int nextId = 0;
+  int lastServed = -1;
+  bool closed = false;
+  caf::actor actor;
+
+  std::mutex sendMutex;  // `self` sends one message at a time
+  caf::scoped_actor self;
+
+  // Under `mutex`.
+  void membershipChangedLocked() {
+    ++generation;
+    changed.notify_all();
+    for (auto& signal : watchers) signal->raise();
+  }
+
+  void left(const caf::actor_addr& agent, const caf::error& reason) {
+    std::lock_guard<std::mutex> guard(mutex);
+    for (auto& [id, entry] : clients) {
+      if (entry.gone || caf::actor_cast<caf::actor_addr>(entry.agent) != agent) continue;
+      entry.gone = goneError(system, "client " + std::to_string(id), reason);
+      entry.inbox.close();
+      bySender.erase(entry.sender);
+      if (--perNode[entry.node] == 0) perNode.erase(entry.node);
+      ++goneKept;
+      forgetOldestGoneLocked();
+      membershipChangedLocked();
+      return;
+    }
+  }
+
+  // Under `mutex`; `clients` is in id order, so the first gone is the oldest.
+  void forgetOldestGoneLocked() {
+    for (auto it = clients.begin(); goneKept > kMaxGoneKept && it != clients.end();) {
+      if (it->second.gone) {
+        it = clients.erase(it);
+        --goneKept;
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Under `mutex`: `id`'s loss is told; it is no client any more.
+  caf::error tellGoneLocked(std::map<int, Entry>::iterator it) {
+    auto gone = it->second.gone;
+    clients.erase(it);
+    --goneKept;
+    return gone;
+  }
+};
+
+struct ClientShared {
+  ClientShared(Node& n, ClientServerOptions o)
+      : node(n), system(n.system()), options(o), inbox(o.queueMessages), self(system) {}
+
+  Node& node;
+  caf::actor_system& system;
+  const ClientServerOptions options;
+  Inbox inbox;
+  int id = -1;
+  caf::actor server;
+  caf::actor_addr serverSender;  // the only actor whose sends are heard
+  caf::actor agent;
+  size_t waiting = 0;  // the agent's parked answers
+
+  std::mutex mutex;
+  caf::error gone;  // why the server is gone; set before `inbox` closes
+
+  std::mutex sendMutex;
+  caf::scoped_actor self;
+};
+
+} // namespace detail
+
+namespace {
+
+caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::ServerShared> shared) {
+  self->set_down_handler([shared](caf::down_msg& down) { shared->left(down.source, down.reason); });
+  return {
+      [self, shared](cs_hello_atom, caf::actor& agent) {
+        // Before the promise, which takes the sender out of the message.
+        auto sender = self->current_sender();
+        auto promise = self->make_response_promise<int32_t, caf::actor>();
+        std::unique_lock<std::mutex> guard(shared->mutex);
+        auto refuse = [&](const std::string& why) {
+          guard.unlock();
+          promise.deliver(caf::make_error(caf::sec::invalid_argument, why));
+          return promise;
+        };
+        if (shared->closed) return refuse("the server is closed");
+        if (!sender || !agent) return refuse("a hello without its sender or agent");
+        auto address = caf::actor_cast<caf::actor_addr>(sender);
+        if (shared->bySender.count(address)) return refuse("this sender said hello already");
+        size_t& count = shared->perNode[sender->node()];
+        if (count >= shared->options.maxClientsPerNode) {
+          if (count == 0) shared->perNode.erase(sender->node());
+          return refuse("too many clients of one node at this server (maxClientsPerNode)");
+        }
+        ++count;
+        int id = shared->nextId++;
+        auto& entry = shared->clients[id];
+        entry.sender = address;
+        entry.agent = agent;
+        entry.node = sender->node();
+        entry.inbox = Inbox(shared->options.queueMessages);
+        shared->bySender[address] = id;
+        shared->membershipChangedLocked();
+        guard.unlock();
+        // The agent lives as long as the client: its end, or its node's,
+        // is the client's.
+        self->monitor(agent);
+        promise.deliver(int32_t(id), caf::actor_cast<caf::actor>(shared->self));
+        return promise;
+      },
+      [self, shared](cs_message_atom, caf::message& message) {
+        auto sender = self->current_sender();
+        auto promise = self->make_response_promise<bool>();
+        std::unique_lock<std::mutex> guard(shared->mutex);
+        auto it = sender ? shared->bySender.find(caf::actor_cast<caf::actor_addr>(sender))
+                         : shared->bySender.end();
+        if (it == shared->bySender.end()) {
+          guard.unlock();
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          "not a client of this server (no hello from this sender)"));
+          return promise;
+        }
+        int id = it->second;
+        auto& entry = shared->clients[id];
+        if (entry.waiting >= kMaxWaitingSends) {
+          guard.unlock();
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          "too many sends of one client waiting for room"));
+          return promise;
+        }
+        ++entry.waiting;
+        Inbox inbox = entry.inbox;
+        guard.unlock();
+        auto pending = promise;
+        dataflow::writeThen(self, inbox, std::move(message),
+                            [shared, id, pending](Status status) mutable {
+                              {
+                                std::lock_guard<std::mutex> guard(shared->mutex);
+                                auto found = shared->clients.find(id);
+                                if (found != shared->clients.end()) --found->second.waiting;
+                              }
+                              pending.deliver(status == Status::kOpen);
+                            });
+        return promise;
+      },
+  };
+}
+
+caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::ClientShared> shared) {
+  self->monitor(shared->server);
+  self->set_down_handler([shared](caf::down_msg& down) {
+    {
+      std::lock_guard<std::mutex> guard(shared->mutex);
+      if (!shared->gone) shared->gone = goneError(shared->system, "the server", down.reason);
+    }
+    shared->inbox.close();
+  });
+  return {
+      [self, shared](cs_message_atom, caf::message& message) {
+        auto sender = self->current_sender();
+        auto promise = self->make_response_promise<bool>();
+        bool fromServer = sender && caf::actor_cast<caf::actor_addr>(sender) == shared->serverSender;
+        if (!fromServer || shared->waiting >= kMaxWaitingSends) {
+          promise.deliver(caf::make_error(caf::sec::invalid_argument,
+                                          fromServer ? "too many sends waiting for room"
+                                                     : "only the server sends to a client"));
+          return promise;
+        }
+        ++shared->waiting;  // only this actor touches it
+        auto pending = promise;
+        dataflow::writeThen(self, shared->inbox, std::move(message), [shared, pending](Status status) mutable {
+          --shared->waiting;
+          pending.deliver(status == Status::kOpen);
+        });
+        return promise;
+      },
+  };
+}
+
+} // namespace
+
+// -- Server -------------------------------------------------------------------
+
+caf::expected<std::unique_ptr<Server>> Server::create(Node& node, const std::string& name,
+                                                      ClientServerOptions options) {
+  if (options.queueMessages == 0 || options.maxClientsPerNode == 0) {
+    return caf::make_error(caf::sec::invalid_argument,
+                           "queueMessages and maxClientsPerNode must be at least 1");
+  }
+  std::unique_ptr<Server> server(new Server());
+  server->shared_ = std::make_shared<detail::ServerShared>(node, name, options);
+  auto& shared = server->shared_;
+  shared->actor = node.system().spawn(serverActor, shared);
+  // Its handlers never block (a full queue parks the answer).
+  node.runOnLoop(shared->actor);
+  node.endOnLeave(shared->actor);
+  if (auto error = node.publish(shared->actor, publishedName(name))) {
+    caf::anon_send_exit(shared->actor, caf::exit_reason::user_shutdown);
+    return caf::make_error(caf::sec::invalid_argument, error.what());
+  }
+  return server;
+}
+
+Server::~Server() { close(); }
+
+void Server::close() {
+  if (!shared_) return;
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    if (shared_->closed) return;
+    shared_->closed = true;
+    for (auto& [id, entry] : shared_->clients) {
+      if (!entry.gone) {
+        entry.gone = makeError(RemoteError::kClosed, "this server closed");
+        ++shared_->goneKept;
+      }
+      entry.inbox.close();
+    }
+    shared_->membershipChangedLocked();
+  }
+  shared_->node.unpublish(publishedName(shared_->name));
+  caf::anon_send_exit(shared_->actor, caf::exit_reason::user_shutdown);
+}
+
+caf::error Server::waitForClients(size_t count, Timeout timeout) {
+  auto deadline = deadlineOf(timeout);
+  std::unique_lock<std::mutex> guard(shared_->mutex);
+  auto enough = [&] {
+    if (shared_->closed) return true;
+    size_t connected = 0;
+    for (auto& [id, entry] : shared_->clients) connected += entry.gone ? 0 : 1;
+    return connected >= count;
+  };
+  if (!shared_->changed.wait_until(guard, deadline, enough)) return timedOut("waitForClients");
+  if (shared_->closed) return makeError(RemoteError::kClosed, "this server closed");
+  return {};
+}
+
+std::vector<int> Server::clients() const {
+  std::vector<int> ids;
+  std::lock_guard<std::mutex> guard(shared_->mutex);
+  for (auto& [id, entry] : shared_->clients)
+    if (!entry.gone) ids.push_back(id);
+  return ids;
+}
+
+caf::error Server::send(int client, caf::message message) {
+  caf::actor agent;
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    auto it = shared_->clients.find(client);
+    if (it == shared_->clients.end())
+      return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
+    if (it->second.gone) return it->second.gone;
+    agent = it->second.agent;
+  }
+  std::lock_guard<std::mutex> sending(shared_->sendMutex);
+  return sendThrough(shared_->self, agent, std::move(message), "client " + std::to_string(client));
+}
+
+caf::error Server::broadcast(const caf::message& message) {
+  caf::error first;
+  for (int id : clients()) {
+    auto error = send(id, message);
+    if (error && !first) first = std::move(error);
+  }
+  return first;
+}
+
+caf::error Server::receive(int client, caf::message& message, Timeout timeout) {
+  Inbox inbox;
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    auto it = shared_->clients.find(client);
+    if (it == shared_->clients.end())
+      return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
+    inbox = it->second.inbox;
+  }
+  auto read = readUntil(inbox, deadlineOf(timeout));
+  if (read.item) {
+    detail::acquireHandoff();
+    message = std::move(*read.item);
+    return {};
+  }
+  if (read.status != Status::kDrained) return timedOut("receive from client " + std::to_string(client));
+  std::lock_guard<std::mutex> guard(shared_->mutex);
+  auto it = shared_->clients.find(client);
+  if (it == shared_->clients.end())
+    return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
+  return shared_->tellGoneLocked(it);
+}
+
+caf::error Server::receiveAny(int& client, caf::message& message, Timeout timeout) {
+  auto deadline = deadlineOf(timeout);
+  bool lastLook = false;
+  for (;;) {
+    std::vector<std::pair<int, Inbox>> order;
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> guard(shared_->mutex);
+      if (shared_->closed) return makeError(RemoteError::kClosed, "this server closed");
+      generation = shared_->generation;
+      // In turn, starting after the client served last.
+      for (auto& [id, entry] : shared_->clients)
+        if (id > shared_->lastServed) order.emplace_back(id, entry.inbox);
+      for (auto& [id, entry] : shared_->clients)
+        if (id <= shared_->lastServed) order.emplace_back(id, entry.inbox);
+    }
+    for (auto& [id, inbox] : order) {
+      auto read = inbox.tryRead();
+      if (read.item) {
+        detail::acquireHandoff();
+        std::lock_guard<std::mutex> guard(shared_->mutex);
+        shared_->lastServed = id;
+        client = id;
+        message = std::move(*read.item);
+        return {};
+      }
+      if (read.status == Status::kDrained) {
+        // A client gone, everything it sent taken: told once, then left out.
+        std::lock_guard<std::mutex> guard(shared_->mutex);
+        auto it = shared_->clients.find(id);
+        if (it == shared_->clients.end()) continue;
+        client = id;
+        return shared_->tellGoneLocked(it);
+      }
+    }
+    if (lastLook) return timedOut("receiveAny");
+    // Nothing yet: sleep until a queue is written or closed, or a client
+    // comes or goes.
+    auto signal = std::make_shared<dataflow::detail::Signal>();
+    bool ready = false;
+    for (auto& [id, inbox] : order) ready = inbox.state()->watch(signal) || ready;
+    {
+      std::lock_guard<std::mutex> guard(shared_->mutex);
+      shared_->watchers.push_back(signal);
+      ready = ready || shared_->generation != generation;
+    }
+    // A queue closed between its read above and its watch raised nothing.
+    for (auto& [id, inbox] : order) ready = ready || inbox.status() == Status::kDrained;
+    bool timedOutNow = false;
+    if (!ready) {
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        signal->wait();
+      } else {
+        timedOutNow = !signal->wait_until(deadline);
+      }
+    }
+    for (auto& [id, inbox] : order) inbox.state()->unwatch(signal);
+    {
+      std::lock_guard<std::mutex> guard(shared_->mutex);
+      auto& watchers = shared_->watchers;
+      watchers.erase(std::remove(watchers.begin(), watchers.end(), signal), watchers.end());
+    }
+    // Timed out: one last look, so a message that came with the deadline
+    // is taken.
+    lastLook = timedOutNow;
+  }
+}
+
+// -- Client -------------------------------------------------------------------
+
+caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::string& url,
+                                                       const std::string& name, Timeout retryFor,
+                                                       ClientServerOptions options) {
+  if (options.queueMessages == 0)
+    return caf::make_error(caf::sec::invalid_argument, "queueMessages must be at least 1");
+  auto deadline = deadlineOf(retryFor);
+  caf::expected<caf::actor> server = caf::make_error(caf::sec::invalid_argument, "not looked up");
+  for (;;) {
+    server = node.remoteActor(url, publishedName(name));
+    if (server || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!server) return std::move(server.error());
+  std::unique_ptr<Client> client(new Client());
+  client->shared_ = std::make_shared<detail::ClientShared>(node, options);
+  auto& shared = client->shared_;
+  shared->server = std::move(*server);
+  shared->agent = node.system().spawn(clientAgent, shared);
+  node.runOnLoop(shared->agent);
+  node.endOnLeave(shared->agent);
+  caf::error failed;
+  shared->self->request(shared->server, caf::infinite, cs_hello_atom::value, shared->agent)
+      .receive(
+          [&](int32_t id, caf::actor& sender) {
+            shared->id = id;
+            shared->serverSender = caf::actor_cast<caf::actor_addr>(sender);
+          },
+          [&](caf::error& error) { failed = std::move(error); });
+  if (failed) {
+    caf::anon_send_exit(shared->agent, caf::exit_reason::user_shutdown);
+    return failed;
+  }
+  return client;
+}
+
+Client::~Client() { close(); }
+
+void Client::close() {
+  if (!shared_) return;
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    if (!shared_->gone) shared_->gone = makeError(RemoteError::kClosed, "this client closed");
+  }
+  shared_->inbox.close();
+  caf::anon_send_exit(shared_->agent, caf::exit_reason::user_shutdown);
+}
+
+int Client::id() const { return shared_->id; }
+
+caf::error Client::send(caf::message message) {
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    if (shared_->gone) return shared_->gone;
+  }
+  std::lock_guard<std::mutex> sending(shared_->sendMutex);
+  return sendThrough(shared_->self, shared_->server, std::move(message), "the server");
+}
+
+caf::error Client::receive(caf::message& message, Timeout timeout) {
+  auto read = readUntil(shared_->inbox, deadlineOf(timeout));
+  if (read.item) {
+    detail::acquireHandoff();
+    message = std::move(*read.item);
+    return {};
+  }
+  if (read.status != Status::kDrained) return timedOut("receive from the server");
+  std::lock_guard<std::mutex> guard(shared_->mutex);
+  return shared_->gone;
+}
+
+} // namespace actorpipe::remote

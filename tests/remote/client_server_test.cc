@@ -1,0 +1,340 @@
+// torch-ipc's client/server on nodes (actors/remote/client_server.h):
+// Tensors and plain values both ways, order and fairness, backpressure, a
+// server that starts late, strangers, a killed client, closes, and peers
+// that are not clients.
+#include <signal.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "../support/harness.h"
+#include "remote_support.h"
+
+#include <actorpipe/actors/remote/client_server.h>
+
+using namespace remote_test;
+using actorpipe::remote::Client;
+using actorpipe::remote::ClientServerOptions;
+using actorpipe::remote::Server;
+using testing::Child;
+
+namespace {
+
+NodeOptions withSecret() {
+  NodeOptions options = TestNode::quick();
+  options.secret = "the job's secret";
+  return options;
+}
+
+std::unique_ptr<Server> serve(TestNode& node, const std::string& name,
+                              ClientServerOptions options = {}) {
+  auto server = Server::create(node.node(), name, options);
+  REQUIRE(server);
+  return std::move(*server);
+}
+
+std::unique_ptr<Client> connect(TestNode& node, TestNode& at, const std::string& name,
+                                const std::string& transport = "tcp") {
+  auto client = Client::connect(node.node(), at.node().url(transport), name);
+  REQUIRE_MESSAGE(client, node.system().render(client.error()));
+  return std::move(*client);
+}
+
+}  // namespace
+
+TEST_CASE("client/server: tensors and plain values both ways, between nodes with a secret") {
+  TestNode host(withSecret()), first(withSecret()), second(withSecret());
+  auto server = serve(host, "params");
+  auto a = connect(first, host, "params", "shm");
+  auto b = connect(second, host, "params", "tcp");
+  REQUIRE(!server->waitForClients(2, 10s));
+  CHECK(server->clients() == std::vector<int>{a->id(), b->id()});
+  CHECK(a->id() != b->id());
+
+  Tensor grads = Tensor::full<float>({3, 4}, 1.5f);
+  REQUIRE(!a->send(caf::make_message(grads, std::string("grads"), int32_t(7))));
+  REQUIRE(!b->send(caf::make_message(Tensor::full<int64_t>({5}, int64_t(-2)),
+                                     std::vector<int32_t>{1, 2, 3}, 2.5)));
+  for (int k = 0; k < 2; ++k) {
+    int from = -1;
+    caf::message m;
+    REQUIRE(!server->receiveAny(from, m, 10s));
+    if (from == a->id()) {
+      REQUIRE(m.match_elements<Tensor, std::string, int32_t>());
+      const auto& t = m.get_as<Tensor>(0);
+      CHECK(t.dtype() == DType::kFloat32);
+      CHECK(t.shape() == std::vector<int64_t>{3, 4});
+      CHECK(sumOf(t) == 18.0);
+      CHECK(m.get_as<std::string>(1) == "grads");
+      CHECK(m.get_as<int32_t>(2) == 7);
+    } else {
+      REQUIRE(from == b->id());
+      REQUIRE(m.match_elements<Tensor, std::vector<int32_t>, double>());
+      CHECK(sumOf(m.get_as<Tensor>(0)) == -10.0);
+      CHECK(m.get_as<std::vector<int32_t>>(1) == std::vector<int32_t>{1, 2, 3});
+      CHECK(m.get_as<double>(2) == 2.5);
+    }
+  }
+  REQUIRE(!server->send(a->id(), caf::make_message(Tensor::full<double>({1000}, 0.25),
+                                                   std::string("weights"))));
+  caf::message m;
+  REQUIRE(!a->receive(m, 10s));
+  REQUIRE(m.match_elements<Tensor, std::string>());
+  CHECK(sumOf(m.get_as<Tensor>(0)) == 250.0);
+  REQUIRE(!server->broadcast(caf::make_message(std::string("stop"), int64_t(3))));
+  for (auto* c : {a.get(), b.get()}) {
+    REQUIRE(!c->receive(m, 10s));
+    REQUIRE(m.match_elements<std::string, int64_t>());
+    CHECK(m.get_as<std::string>(0) == "stop");
+  }
+  // Nothing more is there: a receive with a timeout says so.
+  auto none = a->receive(m, 50ms);
+  CHECK(none == caf::sec::request_timeout);
+}
+
+TEST_CASE("client/server: each client's order is kept, and receiveAny takes clients in turn") {
+  TestNode host, first, second;
+  auto server = serve(host, "q");
+  auto a = connect(first, host, "q");
+  auto b = connect(second, host, "q");
+  constexpr int kEach = 50;
+  std::thread ta([&] { for (int i = 0; i < kEach; ++i) CHECK(!a->send(caf::make_message(int32_t(i)))); });
+  std::thread tb([&] { for (int i = 0; i < kEach; ++i) CHECK(!b->send(caf::make_message(int32_t(i)))); });
+  ta.join();  // every message is queued at the server when send returns
+  tb.join();
+  std::map<int, int32_t> next{{a->id(), 0}, {b->id(), 0}};
+  int previous = -1;
+  for (int k = 0; k < 2 * kEach; ++k) {
+    int from = -1;
+    caf::message m;
+    REQUIRE(!server->receiveAny(from, m, 10s));
+    REQUIRE(m.match_elements<int32_t>());
+    CHECK(m.get_as<int32_t>(0) == next[from]++);
+    CHECK(from != previous);  // both have messages waiting: strictly in turn
+    previous = from;
+  }
+  CHECK(next[a->id()] == kEach);
+  CHECK(next[b->id()] == kEach);
+}
+
+TEST_CASE("client/server: a sender past the receiver's queue waits until it takes one") {
+  TestNode host, node;
+  ClientServerOptions small;
+  small.queueMessages = 4;
+  auto server = serve(host, "slow", small);
+  auto client = connect(node, host, "slow");
+  std::atomic<int> sent{0};
+  std::thread sender([&] {
+    for (int i = 0; i < 20; ++i) {
+      REQUIRE(!client->send(caf::make_message(int32_t(i))));
+      ++sent;
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  CHECK(sent.load() == 4);  // the fifth waits for room
+  caf::message m;
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(!server->receive(client->id(), m, 10s));
+    CHECK(m.get_as<int32_t>(0) == i);
+  }
+  sender.join();
+  CHECK(sent.load() == 20);
+}
+
+TEST_CASE("client/server: a client waits for a server that starts late; a stranger is refused") {
+  TestNode host(withSecret()), node(withSecret());
+  std::string url = host.node().url("tcp");
+  caf::expected<std::unique_ptr<Client>> early = caf::make_error(caf::sec::invalid_argument);
+  std::thread connecting([&] { early = Client::connect(node.node(), url, "late", 10s); });
+  std::this_thread::sleep_for(200ms);
+  auto server = serve(host, "late");
+  connecting.join();
+  REQUIRE_MESSAGE(early, node.system().render(early.error()));
+  REQUIRE(!server->waitForClients(1, 10s));
+
+  NodeOptions wrong = TestNode::quick();
+  wrong.secret = "a guess";
+  TestNode stranger(wrong);
+  auto refused = Client::connect(stranger.node(), url, "late", 300ms);
+  REQUIRE(!refused);
+  CHECK(actorpipe::remote::isError(refused.error(), RemoteError::kNodeLost));
+  CHECK(server->clients().size() == 1);
+}
+
+TEST_CASE("client/server: a killed client's process: its messages are taken, then its loss, once") {
+  // Forked before this process starts threads (UrlPipe): sends two
+  // messages, says so, and waits to be killed.
+  UrlPipe url;
+  Child child = Child::spawn(
+      [&url](Child& self) {
+        TestNode node;
+        auto client = Client::connect(node.node(), url.receive(), "s");
+        CHILD_CHECK(client);
+        CHILD_CHECK(!(*client)->send(caf::make_message(int32_t(1))));
+        CHILD_CHECK(!(*client)->send(caf::make_message(int32_t(2))));
+        self.send("sent " + std::to_string((*client)->id()));
+        std::this_thread::sleep_for(60s);
+        return 0;
+      },
+      std::chrono::seconds(60));
+  url.forked();
+  TestNode host, local;
+  auto server = serve(host, "s");
+  REQUIRE(url.send(host.node().url("tcp")));
+  std::string said = child.receive();
+  REQUIRE(said.rfind("sent ", 0) == 0);
+  int killedId = std::stoi(said.substr(5));
+  auto survivor = connect(local, host, "s");
+  child.kill(SIGKILL);
+  child.wait();
+  REQUIRE(!survivor->send(caf::make_message(int32_t(100))));
+  std::vector<int32_t> fromKilled;
+  bool lossTold = false, survivorHeard = false;
+  for (int k = 0; k < 4; ++k) {
+    int from = -1;
+    caf::message m;
+    auto error = server->receiveAny(from, m, 10s);
+    if (error) {
+      CAPTURE(host.system().render(error));
+      CHECK(from == killedId);
+      CHECK(actorpipe::remote::isError(error, RemoteError::kNodeLost));
+      CHECK(host.system().render(error).find("client " + std::to_string(killedId)) != std::string::npos);
+      CHECK(fromKilled.size() == 2);  // what it sent came first
+      CHECK(!lossTold);
+      lossTold = true;
+    } else if (from == killedId) {
+      fromKilled.push_back(m.get_as<int32_t>(0));
+    } else {
+      CHECK(m.get_as<int32_t>(0) == 100);
+      survivorHeard = true;
+    }
+  }
+  CHECK(fromKilled == std::vector<int32_t>{1, 2});
+  CHECK(lossTold);
+  CHECK(survivorHeard);
+  CHECK(server->clients() == std::vector<int>{survivor->id()});
+  // Told once: it is no client any more.
+  caf::message m;
+  CHECK(server->receive(killedId, m, 50ms) == caf::sec::invalid_argument);
+}
+
+TEST_CASE("client/server: closes are told to the other side as kClosed") {
+  TestNode host, node;
+  auto server = serve(host, "c");
+  auto client = connect(node, host, "c");
+  auto other = connect(node, host, "c");
+  int id = client->id();
+  client->close();
+  caf::message m;
+  auto error = server->receive(id, m, 10s);
+  CAPTURE(host.system().render(error));
+  CHECK(actorpipe::remote::isError(error, RemoteError::kClosed));
+  CHECK(client->send(caf::make_message(int32_t(1))));  // closed here too
+
+  server->close();
+  error = other->receive(m, 10s);
+  CAPTURE(node.system().render(error));
+  CHECK(actorpipe::remote::isError(error, RemoteError::kClosed));
+  CHECK(other->send(caf::make_message(int32_t(1))));
+  CHECK(!Client::connect(node.node(), host.node().url("tcp"), "c", 200ms));
+}
+
+TEST_CASE("client/server: only clients are heard, and one node's clients are bounded") {
+  TestNode host, node;
+  ClientServerOptions few;
+  few.maxClientsPerNode = 2;
+  auto server = serve(host, "b", few);
+  auto one = connect(node, host, "b");
+  auto two = connect(node, host, "b");
+  auto three = Client::connect(node.node(), host.node().url("tcp"), "b", 1s);
+  REQUIRE(!three);
+  CHECK(node.system().render(three.error()).find("maxClientsPerNode") != std::string::npos);
+
+  // A peer that skips the hello: refused, nothing queued.
+  auto actor = node.node().remoteActor(host.node().url("tcp"), "clientserver:b");
+  REQUIRE(actor);
+  caf::scoped_actor self{node.system()};
+  caf::error refused;
+  self->request(*actor, 10s, caf::atom("csmsg"), caf::make_message(int32_t(666)))
+      .receive([](bool) {}, [&](caf::error& e) { refused = std::move(e); });
+  CAPTURE(node.system().render(refused));
+  CHECK(node.system().render(refused).find("not a client") != std::string::npos);
+  int from = -1;
+  caf::message m;
+  CHECK(server->receiveAny(from, m, 100ms) == caf::sec::request_timeout);
+  // The clients it has still work.
+  REQUIRE(!two->send(caf::make_message(int32_t(2))));
+  REQUIRE(!server->receiveAny(from, m, 10s));
+  CHECK(from == two->id());
+}
+
+TEST_CASE("client/server: a peer's sends waiting for room are bounded per client") {
+  TestNode host, node;
+  ClientServerOptions one;
+  one.queueMessages = 1;
+  auto server = serve(host, "h", one);
+  // A hand-made client: its hello names itself as the agent, then it fires
+  // 40 sends without waiting for their answers.
+  auto actor = node.node().remoteActor(host.node().url("tcp"), "clientserver:h");
+  REQUIRE(actor);
+  caf::scoped_actor raw{node.system()};
+  int id = -1;
+  raw->request(*actor, 10s, caf::atom("cshello"), caf::actor_cast<caf::actor>(raw))
+      .receive([&](int32_t given, caf::actor&) { id = given; }, [](caf::error&) {});
+  REQUIRE(id >= 0);
+  constexpr int kSends = 40, kWaiting = 16;
+  for (int i = 0; i < kSends; ++i) raw->send(*actor, caf::atom("csmsg"), caf::make_message(int32_t(i)));
+  int queued = 0, refused = 0;
+  // One queued, kWaiting parked (no answer yet), the rest refused at once.
+  for (int k = 0; k < kSends - kWaiting; ++k) {
+    raw->receive([&](bool ok) { queued += ok ? 1 : 0; }, [&](caf::error&) { ++refused; },
+                 caf::after(10s) >> [&] { FAIL("an answer did not come"); });
+  }
+  CHECK(queued == 1);
+  CHECK(refused == kSends - kWaiting - 1);
+  // Taking messages lets the parked ones in, in order.
+  caf::message m;
+  for (int i = 0; i <= kWaiting; ++i) {
+    REQUIRE(!server->receive(id, m, 10s));
+    CHECK(m.get_as<int32_t>(0) == i);
+  }
+  for (int k = 0; k < kWaiting; ++k) {
+    raw->receive([&](bool ok) { queued += ok ? 1 : 0; }, [&](caf::error&) { ++refused; },
+                 caf::after(10s) >> [&] { FAIL("a parked send was not answered"); });
+  }
+  CHECK(queued == 1 + kWaiting);
+}
+
+TEST_CASE("client/server: a client hears only the sender its server named") {
+  // A fake server that names one actor as its sender at hello, then has
+  // another one send to the client's agent as well.
+  TestNode host, node;
+  caf::scoped_actor named{host.system()}, other{host.system()};
+  auto agent = std::make_shared<std::promise<caf::actor>>();
+  auto fake = host.system().spawn([agent, sender = caf::actor_cast<caf::actor>(named)](
+                                      caf::event_based_actor*) -> caf::behavior {
+    return {[agent, sender](caf::atom_value, caf::actor& a) {
+      agent->set_value(a);
+      return caf::make_message(int32_t(0), sender);
+    }};
+  });
+  REQUIRE(!host.node().publish(fake, "clientserver:fake"));
+  auto client = connect(node, host, "fake");
+  auto to = agent->get_future().get();
+  caf::error refused;
+  other->request(to, 10s, caf::atom("csmsg"), caf::make_message(std::string("injected")))
+      .receive([](bool) {}, [&](caf::error& e) { refused = std::move(e); });
+  CHECK(host.system().render(refused).find("only the server") != std::string::npos);
+  bool queued = false;
+  named->request(to, 10s, caf::atom("csmsg"), caf::make_message(std::string("genuine")))
+      .receive([&](bool ok) { queued = ok; }, [](caf::error&) {});
+  CHECK(queued);
+  caf::message m;
+  REQUIRE(!client->receive(m, 10s));
+  CHECK(m.get_as<std::string>(0) == "genuine");
+  CHECK(client->receive(m, 50ms) == caf::sec::request_timeout);
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+}
