@@ -158,14 +158,14 @@ private:
 template <class Q, class A>
 class QuestionWriteWaiter final : public WriteWaiter<Job<Q>> {
 public:
-  QuestionWriteWaiter(caf::scheduled_actor* self, WorkQueue<Q, A> queue, Job<Q> job,
+  QuestionWriteWaiter(caf::scheduled_actor* self, const WorkQueue<Q, A>& queue, Job<Q> job,
                       std::function<void(Status)> callback)
-    : actor_(self), queue_(std::move(queue)), id_(job.id), callback_(std::move(callback)) {
+    : actor_(self), queue_(queue.weak()), id_(job.id), callback_(std::move(callback)) {
     items_.push_back(std::move(job));
   }
   ~QuestionWriteWaiter() override {
     if (!settled_)
-      queue_.withdraw(id_);
+      withdraw();
   }
 
   bool stillWaiting() const override { return actor_.alive(); }
@@ -180,13 +180,19 @@ public:
   void settle(Status status) {
     settled_ = true;
     if (status != Status::kOpen)
-      queue_.withdraw(id_);
+      withdraw();
   }
   std::function<void(Status)> takeCallback() { return std::move(callback_); }
 
 private:
+  void withdraw() {
+    if (auto queue = queue_.lock())
+      queue->unregisterQuestion(id_);
+  }
+
   ActorResumer actor_;
-  WorkQueue<Q, A> queue_;
+  // Weak: the queue's channel holds this waiter while it is parked.
+  std::weak_ptr<WorkQueueState<Q, A>> queue_;
   std::uint64_t id_;
   std::vector<Job<Q>> items_;
   std::function<void(Status)> callback_;

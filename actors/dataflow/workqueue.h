@@ -83,6 +83,8 @@ public:
     --asked;
     tickets.erase(id);
     maybeFinishLocked();
+    // One fewer asked may be every one answered: drain() waits for that.
+    allAnswered.notify_all();
   }
 
   void deliver(Answer<A> answer) {
@@ -331,6 +333,9 @@ public:
     return Job<Q>{state_->registerQuestion(std::nullopt), std::move(question)};
   }
   void withdraw(std::uint64_t id) { state_->unregisterQuestion(id); }
+  // The queue without keeping it alive: a question parked in the queue's
+  // own channel must not hold the queue (they would keep each other).
+  std::weak_ptr<detail::WorkQueueState<Q, A>> weak() const { return state_; }
   const Channel<Job<Q>>& questions() const { return state_->questions; }
   const Channel<Answer<A>>& answers() const { return state_->answers; }
 

@@ -1,12 +1,15 @@
 #include <actorpipe/actors/remote/client_server.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include <caf/actor_cast.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/event_based_actor.hpp>
@@ -18,23 +21,27 @@
 #include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/node.h>
 
-// The protocol, between a client's two actors and the server's two:
-//   client (its scoped actor) -> server actor: (cshello, agent) -> (id, sender)
+// The protocol, between a client's two actors and the server's actor:
+//   client (its scoped actor) -> server actor: (cshello, agent) -> id
 //   client (its scoped actor) -> server actor: (csmsg, message) -> bool
-//   server (its scoped actor) -> client agent: (csmsg, message) -> bool
+//   server actor             -> client agent: (csmsg, message) -> bool
 // A message is answered once it is queued at the receiver (true) or its
 // queue is closed (false); a full queue parks the answer, which is the
-// backpressure. The hello's answer names the server's sending actor, the
-// only sender a client's agent hears; the server hears a client only from
-// the sender that said hello. Each side monitors the other's actor that
-// lives as long as the other object (the agent; the server actor) and
-// closes that peer's queue when it goes, after storing why.
+// backpressure. The server hears a client only from the sender that said
+// hello, and takes as its agent only an actor of that sender's node; a
+// client's agent hears only the server actor it looked up. The server
+// actor sends for Server::send (a local message with a completion), so a
+// client slow to answer holds up only the sends to it. Each side monitors
+// the other's actor that lives as long as the other object (the agent; the
+// server actor) and closes that peer's queue when it goes, after storing
+// why.
 namespace actorpipe::remote {
 
 namespace {
 
 using cs_hello_atom = caf::atom_constant<caf::atom("cshello")>;
 using cs_message_atom = caf::atom_constant<caf::atom("csmsg")>;
+using cs_send_atom = caf::atom_constant<caf::atom("cssend")>;
 
 using Inbox = dataflow::Channel<caf::message>;
 using dataflow::Status;
@@ -79,26 +86,40 @@ dataflow::ReadResult<caf::message> readUntil(const Inbox& inbox,
   return inbox.readFor(std::max(left, decltype(left)::zero()));
 }
 
-// Asks `to` to take `message` through `self`; kClosed if its queue was closed.
-caf::error sendThrough(caf::scoped_actor& self, const caf::actor& to, caf::message message,
-                       const std::string& who) {
-  caf::error result;
-  self->request(to, caf::infinite, cs_message_atom::value, std::move(message))
-      .receive(
-          [&](bool queued) {
-            if (!queued) result = makeError(RemoteError::kClosed, who + " closed");
-          },
-          [&](caf::error& error) { result = std::move(error); });
-  return result;
+caf::error closedError(const std::string& who) { return makeError(RemoteError::kClosed, who + " closed"); }
+
+// A send's outcome, for the thread that waits on it: set once; a send the
+// server actor drops unanswered (it ended) is kClosed.
+struct SendDone {
+  std::promise<caf::error> promise;
+  std::atomic<bool> set{false};
+  void finish(caf::error error) {
+    if (!set.exchange(true)) promise.set_value(std::move(error));
+  }
+  ~SendDone() { finish(closedError("this server")); }
+};
+using SendDonePtr = std::shared_ptr<SendDone>;
+
+caf::error waitFor(std::future<caf::error>& done, std::chrono::steady_clock::time_point deadline,
+                   const std::string& what) {
+  if (deadline != std::chrono::steady_clock::time_point::max() &&
+      done.wait_until(deadline) != std::future_status::ready) {
+    return timedOut(what);
+  }
+  return done.get();
 }
 
 } // namespace
+} // namespace actorpipe::remote
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::remote::SendDonePtr)
+
+namespace actorpipe::remote {
 namespace detail {
 
 struct ServerShared {
   ServerShared(Node& n, std::string nm, ClientServerOptions o)
-      : node(n), system(n.system()), name(std::move(nm)), options(o), self(system) {}
+      : node(n), system(n.system()), name(std::move(nm)), options(o) {}
 
   struct Entry {
     caf::actor_addr sender;  // its sends come from this actor
@@ -127,9 +148,6 @@ struct ServerShared {
   bool closed = false;
   caf::actor actor;
 
-  std::mutex sendMutex;  // `self` sends one message at a time
-  caf::scoped_actor self;
-
   // Under `mutex`.
   void membershipChangedLocked() {
     ++generation;
@@ -144,20 +162,21 @@ struct ServerShared {
       entry.gone = goneError(system, "client " + std::to_string(id), reason);
       entry.inbox.close();
       bySender.erase(entry.sender);
-      if (--perNode[entry.node] == 0) perNode.erase(entry.node);
+      // It still counts against its node's clients (its queue is still
+      // held) until its loss is told or it is forgotten.
       ++goneKept;
-      forgetOldestGoneLocked();
+      forgetOldestGoneLocked(id);
       membershipChangedLocked();
       return;
     }
   }
 
-  // Under `mutex`; `clients` is in id order, so the first gone is the oldest.
-  void forgetOldestGoneLocked() {
+  // Under `mutex`; `clients` is in id order, so the first gone is the
+  // oldest. `keep` (the one that just left) is not forgotten.
+  void forgetOldestGoneLocked(int keep) {
     for (auto it = clients.begin(); goneKept > kMaxGoneKept && it != clients.end();) {
-      if (it->second.gone) {
-        it = clients.erase(it);
-        --goneKept;
+      if (it->second.gone && it->first != keep) {
+        it = eraseGoneLocked(it);
       } else {
         ++it;
       }
@@ -167,9 +186,15 @@ struct ServerShared {
   // Under `mutex`: `id`'s loss is told; it is no client any more.
   caf::error tellGoneLocked(std::map<int, Entry>::iterator it) {
     auto gone = it->second.gone;
-    clients.erase(it);
-    --goneKept;
+    eraseGoneLocked(it);
     return gone;
+  }
+
+  std::map<int, Entry>::iterator eraseGoneLocked(std::map<int, Entry>::iterator it) {
+    auto node = perNode.find(it->second.node);
+    if (node != perNode.end() && --node->second == 0) perNode.erase(node);
+    --goneKept;
+    return clients.erase(it);
   }
 };
 
@@ -183,7 +208,7 @@ struct ClientShared {
   Inbox inbox;
   int id = -1;
   caf::actor server;
-  caf::actor_addr serverSender;  // the only actor whose sends are heard
+  caf::actor_addr serverAddress;  // the only sender heard; set before the agent starts
   caf::actor agent;
   size_t waiting = 0;  // the agent's parked answers
 
@@ -204,7 +229,7 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
       [self, shared](cs_hello_atom, caf::actor& agent) {
         // Before the promise, which takes the sender out of the message.
         auto sender = self->current_sender();
-        auto promise = self->make_response_promise<int32_t, caf::actor>();
+        auto promise = self->make_response_promise<int32_t>();
         std::unique_lock<std::mutex> guard(shared->mutex);
         auto refuse = [&](const std::string& why) {
           guard.unlock();
@@ -213,6 +238,9 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         };
         if (shared->closed) return refuse("the server is closed");
         if (!sender || !agent) return refuse("a hello without its sender or agent");
+        // Its agent is its own node's: a peer cannot have the server send
+        // what it meant for it to another node's client.
+        if (agent->node() != sender->node()) return refuse("a hello naming another node's actor");
         auto address = caf::actor_cast<caf::actor_addr>(sender);
         if (shared->bySender.count(address)) return refuse("this sender said hello already");
         size_t& count = shared->perNode[sender->node()];
@@ -233,8 +261,31 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         // The agent lives as long as the client: its end, or its node's,
         // is the client's.
         self->monitor(agent);
-        promise.deliver(int32_t(id), caf::actor_cast<caf::actor>(shared->self));
+        promise.deliver(int32_t(id));
         return promise;
+      },
+      // Server::send's, from this process only (a peer cannot encode the
+      // completion).
+      [self, shared](cs_send_atom, int32_t client, caf::message& message, const SendDonePtr& done) {
+        if (self->current_sender()) return;
+        caf::actor agent;
+        {
+          std::lock_guard<std::mutex> guard(shared->mutex);
+          auto it = shared->clients.find(client);
+          if (it == shared->clients.end()) {
+            done->finish(caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client)));
+            return;
+          }
+          if (it->second.gone) {
+            done->finish(it->second.gone);
+            return;
+          }
+          agent = it->second.agent;
+        }
+        auto who = "client " + std::to_string(client);
+        self->request(agent, caf::infinite, cs_message_atom::value, std::move(message))
+            .then([done, who](bool queued) { done->finish(queued ? caf::error() : closedError(who)); },
+                  [done](caf::error& error) { done->finish(std::move(error)); });
       },
       [self, shared](cs_message_atom, caf::message& message) {
         auto sender = self->current_sender();
@@ -287,7 +338,7 @@ caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::
       [self, shared](cs_message_atom, caf::message& message) {
         auto sender = self->current_sender();
         auto promise = self->make_response_promise<bool>();
-        bool fromServer = sender && caf::actor_cast<caf::actor_addr>(sender) == shared->serverSender;
+        bool fromServer = sender && caf::actor_cast<caf::actor_addr>(sender) == shared->serverAddress;
         if (!fromServer || shared->waiting >= kMaxWaitingSends) {
           promise.deliver(caf::make_error(caf::sec::invalid_argument,
                                           fromServer ? "too many sends waiting for room"
@@ -346,7 +397,7 @@ void Server::close() {
     }
     shared_->membershipChangedLocked();
   }
-  shared_->node.unpublish(publishedName(shared_->name));
+  shared_->node.unpublish(publishedName(shared_->name), shared_->actor);
   caf::anon_send_exit(shared_->actor, caf::exit_reason::user_shutdown);
 }
 
@@ -372,24 +423,26 @@ std::vector<int> Server::clients() const {
   return ids;
 }
 
-caf::error Server::send(int client, caf::message message) {
-  caf::actor agent;
-  {
-    std::lock_guard<std::mutex> guard(shared_->mutex);
-    auto it = shared_->clients.find(client);
-    if (it == shared_->clients.end())
-      return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
-    if (it->second.gone) return it->second.gone;
-    agent = it->second.agent;
-  }
-  std::lock_guard<std::mutex> sending(shared_->sendMutex);
-  return sendThrough(shared_->self, agent, std::move(message), "client " + std::to_string(client));
+caf::error Server::send(int client, caf::message message, Timeout timeout) {
+  auto deadline = deadlineOf(timeout);
+  auto done = std::make_shared<SendDone>();
+  auto future = done->promise.get_future();
+  caf::anon_send(shared_->actor, cs_send_atom::value, int32_t(client), std::move(message), std::move(done));
+  return waitFor(future, deadline, "send to client " + std::to_string(client));
 }
 
-caf::error Server::broadcast(const caf::message& message) {
-  caf::error first;
+caf::error Server::broadcast(const caf::message& message, Timeout timeout) {
+  // All at once: one slow client holds up only its own.
+  auto deadline = deadlineOf(timeout);
+  std::vector<std::pair<int, std::future<caf::error>>> sends;
   for (int id : clients()) {
-    auto error = send(id, message);
+    auto done = std::make_shared<SendDone>();
+    sends.emplace_back(id, done->promise.get_future());
+    caf::anon_send(shared_->actor, cs_send_atom::value, int32_t(id), message, std::move(done));
+  }
+  caf::error first;
+  for (auto& [id, future] : sends) {
+    auto error = waitFor(future, deadline, "broadcast to client " + std::to_string(id));
     if (error && !first) first = std::move(error);
   }
   return first;
@@ -505,17 +558,19 @@ caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::st
   client->shared_ = std::make_shared<detail::ClientShared>(node, options);
   auto& shared = client->shared_;
   shared->server = std::move(*server);
+  shared->serverAddress = caf::actor_cast<caf::actor_addr>(shared->server);
   shared->agent = node.system().spawn(clientAgent, shared);
   node.runOnLoop(shared->agent);
   node.endOnLeave(shared->agent);
   caf::error failed;
-  shared->self->request(shared->server, caf::infinite, cs_hello_atom::value, shared->agent)
-      .receive(
-          [&](int32_t id, caf::actor& sender) {
-            shared->id = id;
-            shared->serverSender = caf::actor_cast<caf::actor_addr>(sender);
-          },
-          [&](caf::error& error) { failed = std::move(error); });
+  // A server that takes no hello within the retry time (at least a
+  // second) is not there.
+  auto helloFor = std::max<std::chrono::steady_clock::duration>(
+      deadline - std::chrono::steady_clock::now(), std::chrono::seconds(1));
+  shared->self->request(shared->server, std::chrono::duration_cast<Timeout>(helloFor),
+                        cs_hello_atom::value, shared->agent)
+      .receive([&](int32_t id) { shared->id = id; },
+               [&](caf::error& error) { failed = std::move(error); });
   if (failed) {
     caf::anon_send_exit(shared->agent, caf::exit_reason::user_shutdown);
     return failed;
@@ -537,13 +592,29 @@ void Client::close() {
 
 int Client::id() const { return shared_->id; }
 
-caf::error Client::send(caf::message message) {
+caf::error Client::send(caf::message message, Timeout timeout) {
   {
     std::lock_guard<std::mutex> guard(shared_->mutex);
     if (shared_->gone) return shared_->gone;
   }
+  auto deadline = deadlineOf(timeout);
   std::lock_guard<std::mutex> sending(shared_->sendMutex);
-  return sendThrough(shared_->self, shared_->server, std::move(message), "the server");
+  caf::error result;
+  auto answered = [&](bool queued) {
+    if (!queued) result = closedError("the server");
+  };
+  auto failed = [&](caf::error& error) { result = std::move(error); };
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    shared_->self->request(shared_->server, caf::infinite, cs_message_atom::value, std::move(message))
+        .receive(answered, failed);
+  } else {
+    auto left = std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(),
+                                                              std::chrono::milliseconds(1));
+    shared_->self->request(shared_->server, std::chrono::duration_cast<Timeout>(left),
+                           cs_message_atom::value, std::move(message))
+        .receive(answered, failed);
+  }
+  return result;
 }
 
 caf::error Client::receive(caf::message& message, Timeout timeout) {

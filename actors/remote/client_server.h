@@ -28,17 +28,24 @@
 //
 // Failures are errors, never hangs: a client whose node is lost, leaves, or
 // which closes fails receives from it once its queued messages are taken
-// (receiveAny reports each such client once, then goes on with the others);
+// (receiveAny reports each such client once, then goes on with the others;
+// past 1,024 gone clients not yet told, the oldest is forgotten with what
+// it had queued);
 // a client whose server is gone fails its sends and, once drained, its
 // receives. Each error names the client or server and the cause (the node
 // layer's kNodeLost / kNodeLeft, or kClosed for a close).
 //
 // Hostile peers: only a client that said hello is heard, only from the
-// sender it said hello with; one node has at most maxClientsPerNode clients
-// at a server; a peer's sends waiting for room are bounded per client. The
+// sender it said hello with, and its agent must be of that sender's node;
+// one node has at most maxClientsPerNode clients at a server, gone ones
+// included until the server has received their loss; a peer's sends
+// waiting for room are bounded per client; a client hears only the server
+// it looked up. Queues are bounded in messages; each message is bounded by
+// the node's limits (NodeOptions::maxMessageBytes, maxTensorBytes). The
 // node's secret (NodeOptions::secret) keeps strangers out altogether.
 //
-// Every call is thread-safe; sends from one object are made one at a time.
+// Every call is thread-safe; a Client sends one message at a time. The Node
+// must outlive its Servers and Clients.
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -80,9 +87,12 @@ class Server {
   // The clients connected now (ids in connection order, from 0).
   std::vector<int> clients() const;
 
-  caf::error send(int client, caf::message message);
-  // To every connected client; the first error, after trying them all.
-  caf::error broadcast(const caf::message& message);
+  // Waits until the client has queued it (or `timeout`: request_timeout,
+  // the message may still arrive). A client slow to take it holds up only
+  // the sends to it.
+  caf::error send(int client, caf::message message, Timeout timeout = kForever);
+  // To every connected client at once; the first error, after all answered.
+  caf::error broadcast(const caf::message& message, Timeout timeout = kForever);
   caf::error receive(int client, caf::message& message, Timeout timeout = kForever);
   // From whichever client has a message, taking clients in turn.
   caf::error receiveAny(int& client, caf::message& message, Timeout timeout = kForever);
@@ -106,7 +116,8 @@ class Client {
   ~Client();  // close()
 
   int id() const;  // given by the server, in connection order
-  caf::error send(caf::message message);
+  // Waits until the server has queued it (or `timeout`).
+  caf::error send(caf::message message, Timeout timeout = kForever);
   caf::error receive(caf::message& message, Timeout timeout = kForever);
   // Ends this client: the server sees kClosed for it.
   void close();

@@ -92,6 +92,9 @@ void Node::hostOnLoop(caf::strong_actor_ptr actor, std::chrono::microseconds bud
 void Node::endActorOnLeave(caf::strong_actor_ptr actor) { core_->endOnLeave(std::move(actor)); }
 
 void Node::unpublish(const std::string& name) { core_->unpublish(name); }
+void Node::unpublishActor(const std::string& name, const caf::strong_actor_ptr& actor) {
+  if (actor) core_->unpublish(name, actor);
+}
 
 caf::expected<caf::strong_actor_ptr> Node::lookupActor(const std::string& url,
                                                        const std::string& name,

@@ -201,6 +201,12 @@ class Node {
                         system_.message_types(handle), name);
   }
   void unpublish(const std::string& name);
+  // Unpublishes `name` only while it still names `handle` (an owner that
+  // closes must not take down a name someone published since).
+  template <class Handle>
+  void unpublish(const std::string& name, const Handle& handle) {
+    unpublishActor(name, caf::actor_cast<caf::strong_actor_ptr>(handle));
+  }
 
   // Runs `handle` (an event-based actor of this node's system) on the
   // node's loop thread for the messages its peers send it, and for the
@@ -257,6 +263,7 @@ class Node {
  private:
   void hostOnLoop(caf::strong_actor_ptr actor, std::chrono::microseconds budget);
   void endActorOnLeave(caf::strong_actor_ptr actor);
+  void unpublishActor(const std::string& name, const caf::strong_actor_ptr& actor);
   Error publishActor(caf::strong_actor_ptr actor, std::set<std::string> interface,
                      const std::string& name);
   caf::expected<caf::strong_actor_ptr> lookupActor(const std::string& url,

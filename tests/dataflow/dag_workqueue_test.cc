@@ -44,7 +44,7 @@ TEST_CASE("dag: a workqueue stage served by threads; closing the input ends it a
     workers.emplace_back([&] { served += queue.worker().serve([](int x) { return 3LL * x; }); });
   std::thread producer([&] {
     for (int i = 1; i <= 500; ++i)
-      REQUIRE(input.write(i) == Status::kOpen);
+      CHECK(input.write(i) == Status::kOpen);
     input.close();
   });
   int count = 0;
@@ -150,10 +150,11 @@ TEST_CASE("dag: the queue closed under a parked question: it is withdrawn, the a
   input.write(1);
   input.write(2);
   input.write(3);
-  for (int i = 0; i < 200 && input.size() > 1; ++i)
-    std::this_thread::sleep_for(5ms); // 1 in the queue, 2 parked, 3 left
-  std::this_thread::sleep_for(20ms);
-  CHECK(queue.unanswered() == 2); // 1 queued and 2 parked are both counted
+  // 1 in the queue, 2 numbered (counted) and then parked, 3 left.
+  for (int i = 0; i < 2000 && queue.unanswered() < 2; ++i)
+    std::this_thread::sleep_for(5ms);
+  REQUIRE(queue.unanswered() == 2);
+  std::this_thread::sleep_for(50ms); // from numbered to parked is a few instructions
   queue.close();
   auto worker = queue.worker();
   auto job = worker.read();
@@ -236,4 +237,44 @@ TEST_CASE("writeThen on a closed workqueue: refused, and not counted") {
   CHECK(done.get() != Status::kOpen);
   CHECK(queue.unanswered() == 0);
   CHECK(queue.read().status == Status::kDrained);
+}
+
+TEST_CASE("writeThen on a workqueue: a parked question whose actor ended is settled once") {
+  // The actor parks question 2 on a full queue, then ends (no handle kept
+  // here). When the queue next has room, the waiter is either dropped (its
+  // actor gone: the question is withdrawn) or, if CAF still held the actor,
+  // written (and then served like any other). Either way the answers end.
+  TestSystem system(2);
+  WorkQueue<int, int> queue(1);
+  REQUIRE(queue.write(1) == Status::kOpen);
+  auto parked = std::make_shared<std::promise<void>>();
+  system.get().spawn([queue, parked](caf::event_based_actor* self) -> caf::behavior {
+    writeThen(self, queue, 2, [](Status) { FAIL_CHECK("the write of an ended actor was answered"); });
+    parked->set_value();
+    self->quit();
+    return {[](int) {}};
+  });
+  REQUIRE(parked->get_future().wait_for(10s) == std::future_status::ready);
+  for (int i = 0; i < 2000 && queue.unanswered() < 2; ++i)
+    std::this_thread::sleep_for(5ms);
+  CHECK(queue.unanswered() == 2);
+  std::this_thread::sleep_for(50ms); // the actor's end, as a rule, before the read
+  auto worker = queue.worker();
+  auto job = worker.read(); // room: the parked waiter is dropped or written
+  REQUIRE(job);
+  CHECK(job.item->question == 1);
+  worker.answer(job.item->id, 10);
+  queue.close();
+  int served = 0;
+  for (auto next = worker.read(); next; next = worker.read(), ++served)
+    worker.answer(next.item->id, 20);
+  MESSAGE(std::string(served == 0 ? "question 2 withdrawn (its actor was gone)" : "question 2 written, then served"));
+  CHECK(served <= 1);
+  int answers = 0;
+  auto answer = queue.readFor(10s);
+  for (; answer.item; answer = queue.readFor(10s))
+    ++answers;
+  CHECK(answer.status == Status::kDrained); // not EMPTY: nothing left counted
+  CHECK(answers == 1 + served);
+  CHECK(queue.unanswered() == 0);
 }

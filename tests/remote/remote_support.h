@@ -128,26 +128,37 @@ class UrlPipe {
   UrlPipe() {
     if (::pipe(fds_) != 0) throw std::runtime_error("pipe() failed");
   }
-  // In the child: the URL, once the parent sent it ("" if it never does).
+  UrlPipe(const UrlPipe&) = delete;
+  UrlPipe& operator=(const UrlPipe&) = delete;
+  ~UrlPipe() {
+    for (int fd : fds_)
+      if (fd >= 0) ::close(fd);
+  }
+  // In the child: the URL, once the parent sent it ("" once the parent
+  // closed its end without sending, or ended).
   std::string receive() {
-    ::close(fds_[1]);
+    closeEnd(1);
     std::string url;
     char c;
     while (::read(fds_[0], &c, 1) == 1 && c != '\n') url += c;
     return url;
   }
   // In the parent, right after the fork.
-  void forked() { ::close(fds_[0]); }
+  void forked() { closeEnd(0); }
   // In the parent.
   bool send(const std::string& url) {
     std::string line = url + "\n";
     bool sent = ::write(fds_[1], line.data(), line.size()) == ssize_t(line.size());
-    ::close(fds_[1]);
+    closeEnd(1);
     return sent;
   }
 
  private:
-  int fds_[2];
+  void closeEnd(int end) {
+    if (fds_[end] >= 0) ::close(fds_[end]);
+    fds_[end] = -1;
+  }
+  int fds_[2]{-1, -1};
 };
 
 inline void publishAll(TestNode& node) {

@@ -166,11 +166,11 @@ Error NodeCore::publish(caf::strong_actor_ptr actor, std::set<std::string> inter
   return Error();
 }
 
-void NodeCore::unpublish(const std::string& name) {
+void NodeCore::unpublish(const std::string& name, const caf::strong_actor_ptr& only) {
   caf::strong_actor_ptr released;  // let go outside the lock
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = published_.find(name);
-  if (it == published_.end()) return;
+  if (it == published_.end() || (only && it->second.actor != only)) return;
   released = std::move(it->second.actor);
   published_.erase(it);
 }

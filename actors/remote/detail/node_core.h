@@ -60,7 +60,8 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>,
 
   Error publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
                 const std::string& name);
-  void unpublish(const std::string& name);
+  // With `only`: unpublishes `name` only while it still names that actor.
+  void unpublish(const std::string& name, const caf::strong_actor_ptr& only = nullptr);
   void endOnLeave(caf::strong_actor_ptr actor);
   // The published actor and its interface; null if none.
   caf::strong_actor_ptr published(const std::string& name, std::vector<std::string>& interface);
