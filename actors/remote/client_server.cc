@@ -1,15 +1,12 @@
 #include <actorpipe/actors/remote/client_server.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
-#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include <caf/actor_cast.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/event_based_actor.hpp>
@@ -21,27 +18,26 @@
 #include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/node.h>
 
-// The protocol, between a client's two actors and the server's actor:
-//   client (its scoped actor) -> server actor: (cshello, agent) -> id
-//   client (its scoped actor) -> server actor: (csmsg, message) -> bool
-//   server actor             -> client agent: (csmsg, message) -> bool
+// The protocol, between a client's two actors and the server's:
+//   client (its scoped actor)   -> server actor: (cshello, agent) -> id
+//   client (its scoped actor)   -> server actor: (csmsg, message) -> bool
+//   server (a scoped actor/send) -> client agent: (csmsg, message) -> bool
 // A message is answered once it is queued at the receiver (true) or its
 // queue is closed (false); a full queue parks the answer, which is the
 // backpressure. The server hears a client only from the sender that said
 // hello, and takes as its agent only an actor of that sender's node; a
-// client's agent hears only the server actor it looked up. The server
-// actor sends for Server::send (a local message with a completion), so a
-// client slow to answer holds up only the sends to it. Each side monitors
-// the other's actor that lives as long as the other object (the agent; the
-// server actor) and closes that peer's queue when it goes, after storing
-// why.
+// client's agent hears only actors of the server's node (the peer the
+// client chose; the agent's handle went there only). Each Server::send asks
+// from a scoped actor of its own, so a client slow to answer holds up only
+// the sends to it. Each side monitors the other's actor that lives as long
+// as the other object (the agent; the server actor) and closes that peer's
+// queue when it goes, after storing why.
 namespace actorpipe::remote {
 
 namespace {
 
 using cs_hello_atom = caf::atom_constant<caf::atom("cshello")>;
 using cs_message_atom = caf::atom_constant<caf::atom("csmsg")>;
-using cs_send_atom = caf::atom_constant<caf::atom("cssend")>;
 
 using Inbox = dataflow::Channel<caf::message>;
 using dataflow::Status;
@@ -88,33 +84,30 @@ dataflow::ReadResult<caf::message> readUntil(const Inbox& inbox,
 
 caf::error closedError(const std::string& who) { return makeError(RemoteError::kClosed, who + " closed"); }
 
-// A send's outcome, for the thread that waits on it: set once; a send the
-// server actor drops unanswered (it ended) is kClosed.
-struct SendDone {
-  std::promise<caf::error> promise;
-  std::atomic<bool> set{false};
-  void finish(caf::error error) {
-    if (!set.exchange(true)) promise.set_value(std::move(error));
+// Asks `to` to take `message`, from a scoped actor of the caller's own:
+// sends to different peers never wait for each other. kClosed if its
+// queue was closed.
+caf::error sendThrough(caf::scoped_actor& self, const caf::actor& to, caf::message message,
+                       Timeout timeout, const std::string& who) {
+  caf::error result;
+  auto answered = [&](bool queued) {
+    if (!queued) result = closedError(who);
+  };
+  auto failed = [&](caf::error& error) { result = std::move(error); };
+  auto deadline = deadlineOf(timeout);
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    self->request(to, caf::infinite, cs_message_atom::value, std::move(message)).receive(answered, failed);
+  } else {
+    auto left = std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(),
+                                                              std::chrono::milliseconds(1));
+    self->request(to, std::chrono::duration_cast<Timeout>(left), cs_message_atom::value, std::move(message))
+        .receive(answered, failed);
   }
-  ~SendDone() { finish(closedError("this server")); }
-};
-using SendDonePtr = std::shared_ptr<SendDone>;
-
-caf::error waitFor(std::future<caf::error>& done, std::chrono::steady_clock::time_point deadline,
-                   const std::string& what) {
-  if (deadline != std::chrono::steady_clock::time_point::max() &&
-      done.wait_until(deadline) != std::future_status::ready) {
-    return timedOut(what);
-  }
-  return done.get();
+  return result;
 }
 
 } // namespace
-} // namespace actorpipe::remote
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::remote::SendDonePtr)
-
-namespace actorpipe::remote {
 namespace detail {
 
 struct ServerShared {
@@ -147,6 +140,31 @@ struct ServerShared {
   int lastServed = -1;
   bool closed = false;
   caf::actor actor;
+
+  // Scoped actors Server::send asks from, one per concurrent send and kept
+  // for the next: a sender new to a client's node costs that node a proxy
+  // (and both a DOWN at its end), a round trip's worth several times over.
+  std::mutex senderMutex;
+  std::vector<std::unique_ptr<caf::scoped_actor>> idleSenders;
+
+  std::unique_ptr<caf::scoped_actor> takeSender() {
+    {
+      std::lock_guard<std::mutex> guard(senderMutex);
+      if (!idleSenders.empty()) {
+        auto sender = std::move(idleSenders.back());
+        idleSenders.pop_back();
+        return sender;
+      }
+    }
+    return std::make_unique<caf::scoped_actor>(system);
+  }
+  // A sender whose request timed out is not kept: the late answer would
+  // wait in its mailbox.
+  void giveBack(std::unique_ptr<caf::scoped_actor> sender, const caf::error& error) {
+    if (error == caf::sec::request_timeout) return;
+    std::lock_guard<std::mutex> guard(senderMutex);
+    idleSenders.push_back(std::move(sender));
+  }
 
   // Under `mutex`.
   void membershipChangedLocked() {
@@ -208,7 +226,7 @@ struct ClientShared {
   Inbox inbox;
   int id = -1;
   caf::actor server;
-  caf::actor_addr serverAddress;  // the only sender heard; set before the agent starts
+  caf::node_id serverNode;  // whose actors are heard; set before the agent starts
   caf::actor agent;
   size_t waiting = 0;  // the agent's parked answers
 
@@ -264,29 +282,6 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         promise.deliver(int32_t(id));
         return promise;
       },
-      // Server::send's, from this process only (a peer cannot encode the
-      // completion).
-      [self, shared](cs_send_atom, int32_t client, caf::message& message, const SendDonePtr& done) {
-        if (self->current_sender()) return;
-        caf::actor agent;
-        {
-          std::lock_guard<std::mutex> guard(shared->mutex);
-          auto it = shared->clients.find(client);
-          if (it == shared->clients.end()) {
-            done->finish(caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client)));
-            return;
-          }
-          if (it->second.gone) {
-            done->finish(it->second.gone);
-            return;
-          }
-          agent = it->second.agent;
-        }
-        auto who = "client " + std::to_string(client);
-        self->request(agent, caf::infinite, cs_message_atom::value, std::move(message))
-            .then([done, who](bool queued) { done->finish(queued ? caf::error() : closedError(who)); },
-                  [done](caf::error& error) { done->finish(std::move(error)); });
-      },
       [self, shared](cs_message_atom, caf::message& message) {
         auto sender = self->current_sender();
         auto promise = self->make_response_promise<bool>();
@@ -338,11 +333,13 @@ caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::
       [self, shared](cs_message_atom, caf::message& message) {
         auto sender = self->current_sender();
         auto promise = self->make_response_promise<bool>();
-        bool fromServer = sender && caf::actor_cast<caf::actor_addr>(sender) == shared->serverAddress;
+        // The server's node is the peer this client trusts (it chose it,
+        // and the agent's handle went there only): its actors may send.
+        bool fromServer = sender && sender->node() == shared->serverNode;
         if (!fromServer || shared->waiting >= kMaxWaitingSends) {
           promise.deliver(caf::make_error(caf::sec::invalid_argument,
                                           fromServer ? "too many sends waiting for room"
-                                                     : "only the server sends to a client"));
+                                                     : "only the server's node sends to a client"));
           return promise;
         }
         ++shared->waiting;  // only this actor touches it
@@ -424,25 +421,29 @@ std::vector<int> Server::clients() const {
 }
 
 caf::error Server::send(int client, caf::message message, Timeout timeout) {
-  auto deadline = deadlineOf(timeout);
-  auto done = std::make_shared<SendDone>();
-  auto future = done->promise.get_future();
-  caf::anon_send(shared_->actor, cs_send_atom::value, int32_t(client), std::move(message), std::move(done));
-  return waitFor(future, deadline, "send to client " + std::to_string(client));
+  caf::actor agent;
+  {
+    std::lock_guard<std::mutex> guard(shared_->mutex);
+    auto it = shared_->clients.find(client);
+    if (it == shared_->clients.end())
+      return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
+    if (it->second.gone) return it->second.gone;
+    agent = it->second.agent;
+  }
+  auto sender = shared_->takeSender();
+  auto error = sendThrough(*sender, agent, std::move(message), timeout, "client " + std::to_string(client));
+  shared_->giveBack(std::move(sender), error);
+  return error;
 }
 
 caf::error Server::broadcast(const caf::message& message, Timeout timeout) {
-  // All at once: one slow client holds up only its own.
   auto deadline = deadlineOf(timeout);
-  std::vector<std::pair<int, std::future<caf::error>>> sends;
-  for (int id : clients()) {
-    auto done = std::make_shared<SendDone>();
-    sends.emplace_back(id, done->promise.get_future());
-    caf::anon_send(shared_->actor, cs_send_atom::value, int32_t(id), message, std::move(done));
-  }
   caf::error first;
-  for (auto& [id, future] : sends) {
-    auto error = waitFor(future, deadline, "broadcast to client " + std::to_string(id));
+  for (int id : clients()) {
+    auto left = deadline == std::chrono::steady_clock::time_point::max()
+                    ? kForever
+                    : std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
+    auto error = send(id, message, std::max(left, Timeout(1)));
     if (error && !first) first = std::move(error);
   }
   return first;
@@ -558,7 +559,7 @@ caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::st
   client->shared_ = std::make_shared<detail::ClientShared>(node, options);
   auto& shared = client->shared_;
   shared->server = std::move(*server);
-  shared->serverAddress = caf::actor_cast<caf::actor_addr>(shared->server);
+  shared->serverNode = shared->server->node();
   shared->agent = node.system().spawn(clientAgent, shared);
   node.runOnLoop(shared->agent);
   node.endOnLeave(shared->agent);
@@ -597,24 +598,8 @@ caf::error Client::send(caf::message message, Timeout timeout) {
     std::lock_guard<std::mutex> guard(shared_->mutex);
     if (shared_->gone) return shared_->gone;
   }
-  auto deadline = deadlineOf(timeout);
   std::lock_guard<std::mutex> sending(shared_->sendMutex);
-  caf::error result;
-  auto answered = [&](bool queued) {
-    if (!queued) result = closedError("the server");
-  };
-  auto failed = [&](caf::error& error) { result = std::move(error); };
-  if (deadline == std::chrono::steady_clock::time_point::max()) {
-    shared_->self->request(shared_->server, caf::infinite, cs_message_atom::value, std::move(message))
-        .receive(answered, failed);
-  } else {
-    auto left = std::max<std::chrono::steady_clock::duration>(deadline - std::chrono::steady_clock::now(),
-                                                              std::chrono::milliseconds(1));
-    shared_->self->request(shared_->server, std::chrono::duration_cast<Timeout>(left),
-                           cs_message_atom::value, std::move(message))
-        .receive(answered, failed);
-  }
-  return result;
+  return sendThrough(shared_->self, shared_->server, std::move(message), timeout, "the server");
 }
 
 caf::error Client::receive(caf::message& message, Timeout timeout) {

@@ -39,8 +39,8 @@
 // sender it said hello with, and its agent must be of that sender's node;
 // one node has at most maxClientsPerNode clients at a server, gone ones
 // included until the server has received their loss; a peer's sends
-// waiting for room are bounded per client; a client hears only the server
-// it looked up. Queues are bounded in messages; each message is bounded by
+// waiting for room are bounded per client; a client hears only actors of
+// its server's node. Queues are bounded in messages; each message is bounded by
 // the node's limits (NodeOptions::maxMessageBytes, maxTensorBytes). The
 // node's secret (NodeOptions::secret) keeps strangers out altogether.
 //
@@ -91,7 +91,7 @@ class Server {
   // the message may still arrive). A client slow to take it holds up only
   // the sends to it.
   caf::error send(int client, caf::message message, Timeout timeout = kForever);
-  // To every connected client at once; the first error, after all answered.
+  // To every connected client in turn; the first error, after trying all.
   caf::error broadcast(const caf::message& message, Timeout timeout = kForever);
   caf::error receive(int client, caf::message& message, Timeout timeout = kForever);
   // From whichever client has a message, taking clients in turn.

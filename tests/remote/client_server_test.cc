@@ -309,34 +309,41 @@ TEST_CASE("client/server: a peer's sends waiting for room are bounded per client
   CHECK(queued == 1 + kWaiting);
 }
 
-TEST_CASE("client/server: a client hears only the server it looked up") {
-  // A fake server: takes the hello, and sends to the client's agent when
-  // told to; another actor of its node sends too.
+TEST_CASE("client/server: a client hears only actors of its server's node") {
+  // A fake server hands the client's agent to an actor on the client's own
+  // node, which tries to send to it; then the fake server sends itself.
   TestNode host, node;
-  caf::scoped_actor other{host.system()};
-  auto agent = std::make_shared<std::promise<caf::actor>>();
+  auto injected = std::make_shared<std::promise<std::string>>();
+  auto catcher = node.system().spawn([injected](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, injected](caf::actor& agent) {
+      self->request(agent, 10s, caf::atom("csmsg"), caf::make_message(std::string("injected")))
+          .then([injected](bool) { injected->set_value("taken"); },
+                [self, injected](caf::error& e) { injected->set_value(self->system().render(e)); });
+    }};
+  });
+  REQUIRE(!node.node().publish(catcher, "catcher"));
+  auto toCatcher = host.node().remoteActor(node.node().url("tcp"), "catcher");
+  REQUIRE(toCatcher);
   auto sent = std::make_shared<std::promise<bool>>();
-  auto fake = host.system().spawn([agent, sent](caf::event_based_actor* self) -> caf::behavior {
-    auto to = std::make_shared<caf::actor>();
+  auto fake = host.system().spawn([sent, to = *toCatcher](caf::event_based_actor* self) -> caf::behavior {
+    auto agent = std::make_shared<caf::actor>();
     return {
-        [agent, to](caf::atom_value, caf::actor& a) {
-          *to = a;
-          agent->set_value(a);
+        [self, agent, to](caf::atom_value, caf::actor& a) {
+          *agent = a;
+          self->send(to, a);  // the agent's handle, to another node's actor
           return int32_t(0);
         },
-        [self, to, sent](const std::string& text) {
-          self->request(*to, 10s, caf::atom("csmsg"), caf::make_message(text))
+        [self, agent, sent](const std::string& text) {
+          self->request(*agent, 10s, caf::atom("csmsg"), caf::make_message(text))
               .then([sent](bool ok) { sent->set_value(ok); }, [sent](caf::error&) { sent->set_value(false); });
         },
     };
   });
   REQUIRE(!host.node().publish(fake, "clientserver:fake"));
   auto client = connect(node, host, "fake");
-  auto to = agent->get_future().get();
-  caf::error refused;
-  other->request(to, 10s, caf::atom("csmsg"), caf::make_message(std::string("injected")))
-      .receive([](bool) {}, [&](caf::error& e) { refused = std::move(e); });
-  CHECK(host.system().render(refused).find("only the server") != std::string::npos);
+  auto refused = injected->get_future();
+  REQUIRE(refused.wait_for(10s) == std::future_status::ready);
+  CHECK(refused.get().find("only the server's node") != std::string::npos);
   caf::anon_send(fake, std::string("genuine"));
   auto ok = sent->get_future();
   REQUIRE(ok.wait_for(10s) == std::future_status::ready);
@@ -346,6 +353,7 @@ TEST_CASE("client/server: a client hears only the server it looked up") {
   CHECK(m.get_as<std::string>(0) == "genuine");
   CHECK(client->receive(m, 50ms) == caf::sec::request_timeout);
   caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(catcher, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("client/server: a client that does not take its messages holds up only its own sends") {
