@@ -82,6 +82,36 @@ dataflow::ReadResult<caf::message> readUntil(const Inbox& inbox,
   return inbox.readFor(std::max(left, decltype(left)::zero()));
 }
 
+// One holder at a time, waited for until a deadline. Not a timed_mutex:
+// its try_lock_until is pthread_mutex_clocklock, which GCC 12's TSan does
+// not intercept (it then reports every unlock as one of an unlocked mutex).
+class Turn {
+ public:
+  bool take(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> guard(mutex_);
+    auto free = [&] { return !busy_; };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      cv_.wait(guard, free);
+    } else if (!cv_.wait_until(guard, deadline, free)) {
+      return false;
+    }
+    busy_ = true;
+    return true;
+  }
+  void give() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      busy_ = false;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool busy_ = false;
+};
+
 caf::error closedError(const std::string& who) { return makeError(RemoteError::kClosed, who + " closed"); }
 
 // Asks `to` to take `message`, from a scoped actor of the caller's own:
@@ -121,6 +151,9 @@ struct ServerShared {
     Inbox inbox;
     size_t waiting = 0;  // its sends parked for room (the server actor's)
     caf::error gone;     // why it left; none while connected
+    // Server::send's to it, one at a time: however many threads send, at
+    // most one waits at its agent (which bounds what it parks, as ours does).
+    std::shared_ptr<Turn> sending = std::make_shared<Turn>();
   };
 
   Node& node;
@@ -421,7 +454,9 @@ std::vector<int> Server::clients() const {
 }
 
 caf::error Server::send(int client, caf::message message, Timeout timeout) {
+  auto deadline = deadlineOf(timeout);
   caf::actor agent;
+  std::shared_ptr<Turn> sending;
   {
     std::lock_guard<std::mutex> guard(shared_->mutex);
     auto it = shared_->clients.find(client);
@@ -429,6 +464,16 @@ caf::error Server::send(int client, caf::message message, Timeout timeout) {
       return caf::make_error(caf::sec::invalid_argument, "no client " + std::to_string(client));
     if (it->second.gone) return it->second.gone;
     agent = it->second.agent;
+    sending = it->second.sending;
+  }
+  if (!sending->take(deadline)) return timedOut("send to client " + std::to_string(client));
+  struct Give {
+    Turn& turn;
+    ~Give() { turn.give(); }
+  } give{*sending};
+  if (deadline != std::chrono::steady_clock::time_point::max()) {
+    timeout = std::max(std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now()),
+                       Timeout(1));
   }
   auto sender = shared_->takeSender();
   auto error = sendThrough(*sender, agent, std::move(message), timeout, "client " + std::to_string(client));

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "../support/harness.h"
@@ -435,4 +436,34 @@ TEST_CASE("client/server: clients gone and not yet told still count against thei
   CHECK(losses == 2);
   auto again = Client::connect(node.node(), host.node().url("tcp"), "g", 10s);
   CHECK(again);
+}
+
+TEST_CASE("client/server: many threads sending to one slow client all get through") {
+  // The client's agent refuses a 17th send parked for room (a hostile
+  // server's flood); the server's own sends to one client go one at a time,
+  // so 24 threads at a queue of 1 all succeed once the client reads.
+  TestNode host, node;
+  ClientServerOptions one;
+  one.queueMessages = 1;
+  auto server = serve(host, "m");
+  auto client = Client::connect(node.node(), host.node().url("tcp"), "m", 10s, one);
+  REQUIRE(client);
+  REQUIRE(!server->waitForClients(1, 10s));
+  constexpr int kThreads = 24;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> senders;
+  for (int i = 0; i < kThreads; ++i)
+    senders.emplace_back([&, i] {
+      if (server->send((*client)->id(), caf::make_message(int32_t(i)))) ++failed;
+    });
+  std::this_thread::sleep_for(200ms);
+  std::set<int32_t> seen;
+  caf::message m;
+  for (int i = 0; i < kThreads; ++i) {
+    if ((*client)->receive(m, 2s)) break;  // a refused send never comes
+    seen.insert(m.get_as<int32_t>(0));
+  }
+  for (auto& t : senders) t.join();
+  CHECK(failed.load() == 0);
+  CHECK(seen.size() == size_t(kThreads));
 }
