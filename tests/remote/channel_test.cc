@@ -41,9 +41,25 @@ void serveUntilLeft(TestNode& node) {
   left->get_future().wait();
 }
 
+// The child publishes its "leaver" only after it closed its channel, so
+// a reader that saw DRAINED may ask before it is there: ask again (a
+// sanitizer build on 2 CPUs lost this race, and the child then waited for
+// ever).
 void tellToLeave(TestNode& node, const std::string& url) {
-  auto leaver = node.node().remoteActor(url, "leaver");
-  if (leaver) caf::anon_send(*leaver, leave_atom::value);
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    auto leaver = node.node().remoteActor(url, "leaver");
+    if (leaver) {
+      caf::anon_send(*leaver, leave_atom::value);
+      return;
+    }
+    if (!actorpipe::remote::isError(leaver.error(), RemoteError::kNoSuchActor) ||
+        std::chrono::steady_clock::now() > deadline) {
+      FAIL_CHECK("no leaver at " << url << ": " << node.system().render(leaver.error()));
+      return;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 }  // namespace
