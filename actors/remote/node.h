@@ -36,8 +36,8 @@
 // gets the local one's (LINK and UNLINK frames; the end travels as DOWN).
 // Actor handles inside messages travel as with CAF's middleman (a proxy on
 // the other node; home again, the actor itself; a third node's actor, a
-// proxy on the receiver's own link to it). Not yet (docs/remote.md):
-// relaying through a node (no link to the named node: refused).
+// proxy on the receiver's own link to it, which it makes if it has none:
+// NodeOptions::automaticConnections). Nodes do not relay.
 //
 // Backpressure: at most `windowMessages` messages (and `windowBytes`) to
 // one peer node are in flight, counted from the send until the receiving
@@ -110,6 +110,13 @@ struct NodeOptions {
   // Links a peer's actors may hold to this node's actors at once (LINK:
   // each an attachable here and a proxy held). Past this its link is cut.
   size_t maxPeerLinks{size_t{1} << 16};
+  // A message that brings a handle of a third node's actor, to which this
+  // node has no link: ask its sender where that node listens, link there
+  // (the secret applies; the node must be the one named), then deliver it,
+  // holding the sender's later messages in order meanwhile (at most
+  // lookupTimeout). Off: such a message is refused (kUnsendable). As CAF's
+  // middleman.enable-automatic-connections; nodes never relay.
+  bool automaticConnections{true};
   DefaultBackends backends;
 };
 

@@ -36,10 +36,17 @@ void frame(const std::string& bytes) {
   Frame f;
   if (decodeFrame(bytes, f)) return;
   if (f.name.size() > kMaxNameLength || f.identity.size() > kMaxIdentityLength ||
-      f.reason.size() > kMaxReasonLength || f.interface.size() > kMaxInterfaceEntries) {
+      f.reason.size() > kMaxReasonLength || f.interface.size() > kMaxInterfaceEntries ||
+      f.urls.size() > kMaxUrls) {
     std::abort();
   }
   if (encodeFrame(f) != bytes) std::abort();
+  for (const auto& url : f.urls) {
+    if (!isPlainName(url, kMaxUrlLength)) std::abort();
+  }
+  if (f.kind == Frame::Kind::kWhere && (f.node.empty() || f.node.size() > kMaxNodeIdLength)) {
+    std::abort();
+  }
   if (f.kind == Frame::Kind::kHello) {
     if (f.node.empty() || f.node.size() > kMaxNodeIdLength) std::abort();
     caf::node_id id;

@@ -575,36 +575,212 @@ TEST_CASE("actor handles travel inside messages: a proxy that answers, is watche
   }
 }
 
-TEST_CASE("a third node's actor in a message: a proxy where a link to that node lives, else refused") {
+TEST_CASE("a third node's actor in a message: the receiver links to that node itself, or refuses if told not to") {
   TestNode a;
   TestNode b;
   TestNode c;
+  NodeOptions off = TestNode::quick();
+  off.automaticConnections = false;
+  TestNode d(off);
   REQUIRE(!b.node().publish(b.own(b.system().spawn(keeper)), "keeper"));
+  REQUIRE(!d.node().publish(d.own(d.system().spawn(keeper)), "keeper"));
   auto added = c.system().spawn(adder);
   REQUIRE(!c.node().publish(added, "adder"));
   auto keeperAtB = a.node().remoteActor(b.node().url("tcp"), "keeper");
+  auto keeperAtD = a.node().remoteActor(d.node().url("tcp"), "keeper");
   auto adderAtC = a.node().remoteActor(c.node().url("tcp"), "adder");
   REQUIRE(keeperAtB);
+  REQUIRE(keeperAtD);
   REQUIRE(adderAtC);
   caf::scoped_actor self{a.system()};
-  // B has no link to C: the message is refused where it is read (an element
-  // or inside a vector alike), and the request fails saying why.
+  // D has no link to C and may not make one: the message is refused where
+  // it is read (an element or inside a vector alike), saying why.
   for (auto message : {caf::make_message(keep_atom::value, *adderAtC),
                        caf::make_message(keep_atom::value, std::vector<caf::actor>{*adderAtC})}) {
-    auto refused = ask<bool>(self, *keeperAtB, message);
+    auto refused = ask<bool>(self, *keeperAtD, message);
     REQUIRE(!refused);
     CHECK(actorpipe::remote::isError(refused.error(), RemoteError::kUnsendable));
     CHECK(render(a.system(), refused.error()).find("no link to") != std::string::npos);
+    CHECK(render(a.system(), refused.error()).find("automatic connections are off") !=
+          std::string::npos);
   }
-  // Once B has a link to C, the handle A passes on is a proxy there: B's
-  // keeper calls C's adder directly, and its monitor hears the adder's end.
-  // Given back to A, it is A's own proxy of the adder again.
-  REQUIRE(b.node().remoteActor(c.node().url("shm"), "adder"));
+  CHECK(d.node().peers().size() == 1);
+  // B has no link to C either: it asks A where C listens and links there
+  // (C's HELLO said it), then takes the message. Its keeper calls C's
+  // adder directly, and its monitor hears the adder's end. Given back to
+  // A, it is A's own proxy of the adder again.
+  REQUIRE(b.node().peers().size() == 1);
   keepCallGiveBack(self, *keeperAtB, *adderAtC, *adderAtC);
+  CHECK(b.node().peers().size() == 2);
+  auto inVector = ask<bool>(self, *keeperAtB,
+                            caf::make_message(keep_atom::value, std::vector<caf::actor>{*adderAtC}));
+  REQUIRE_MESSAGE(inVector, render(a.system(), inVector.error()));
+  CHECK(*inVector);
   caf::anon_send_exit(added, caf::exit_reason::user_shutdown);
-  auto downs = downsSeen(self, *keeperAtB, 1);
-  REQUIRE(downs.size() == 1);
+  auto downs = downsSeen(self, *keeperAtB, 2);  // it kept the adder twice
+  REQUIRE(downs.size() == 2);
   CHECK(downs[0].find("user_shutdown") != std::string::npos);
+}
+
+namespace {
+
+// What a node wrote to a hand-made peer: its frames, each MESSAGE with its
+// payload.
+struct Heard {
+  actorpipe::remote::detail::Frame frame;
+  std::vector<char> payload;
+};
+std::vector<Heard> hear(actorpipe::Pipe& pipe, std::chrono::milliseconds timeout) {
+  using namespace actorpipe::remote::detail;
+  auto got = testing::readSync(pipe, timeout);
+  std::vector<Heard> out;
+  if (got.error) return out;
+  std::vector<BatchEntry> entries;
+  REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+  size_t payload = 0;
+  for (auto& entry : entries) {
+    out.push_back(Heard{std::move(entry.frame), {}});
+    if (out.back().frame.kind == Frame::Kind::kMessage) {
+      REQUIRE(payload < got.storage.payloads.size());
+      auto& bytes = got.storage.payloads[payload++];
+      out.back().payload.assign(bytes.begin(), bytes.end());
+    }
+  }
+  return out;
+}
+
+// The content of an answer a node wrote to a hand-made peer.
+caf::message answerOf(caf::actor_system& system, const Heard& heard) {
+  using namespace actorpipe::remote::detail;
+  const auto& f = heard.frame;
+  caf::message out;
+  actorpipe::Error bad = f.kind == Frame::Kind::kInline
+                  ? decodeMessage(system, f.body.data(), f.body.size(), std::vector<actorpipe::Tensor>(), out, nullptr)
+                  : decodeMessage(system, heard.payload.data(), heard.payload.size(), std::vector<actorpipe::Tensor>(), out,
+                                  nullptr);
+  REQUIRE_MESSAGE(!bad, bad.what());
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a hand-made peer that introduces a node: its frames wait in order, then the node is "
+          "linked, refused or given up on") {
+  using namespace actorpipe::remote::detail;
+  NodeOptions options = TestNode::quick();
+  options.lookupTimeout = 1500ms;
+  options.heartbeatTimeout = 20s;  // the hand-made peer says no BEATs
+  TestNode victim(options);
+  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+  TestNode third;  // the node the peer's messages name
+  auto added = third.own(third.system().spawn(adder));
+  TestNode other;  // a node that is not `third`
+  EncodedMessage naming;  // keep C's adder: a handle of a node the victim has no link to
+  REQUIRE(!encodeMessage(third.system(), caf::make_message(keep_atom::value, added), naming));
+  EncodedMessage plain;  // a request for the keeper's downs
+  REQUIRE(!encodeMessage(third.system(), caf::make_message(downs_atom::value), plain));
+
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "keeper");
+  uint64_t nextRequest = 1;
+  // A request from the peer's actor 5 (answers come back to it).
+  auto request = [&](const EncodedMessage& body, uint64_t& id) {
+    id = nextRequest++;
+    Frame f;
+    f.kind = Frame::Kind::kInline;
+    f.source = 5;
+    f.aid = target;
+    f.messageId = caf::make_message_id(caf::message_priority::normal).integer_value() | id;
+    f.body.assign(body.bytes.begin(), body.bytes.end());
+    return f;
+  };
+  auto answerTo = [](const Heard& heard, uint64_t id) {
+    auto kind = heard.frame.kind;
+    caf::message_id mid(heard.frame.messageId);
+    return (kind == Frame::Kind::kInline || kind == Frame::Kind::kMessage) &&
+           heard.frame.aid == 5 && mid.is_response() && (mid.integer_value() & 0xffffffffu) == id;
+  };
+  std::vector<char> thirdId = nodeIdBytes(third.system().node());
+  // Sends a request naming `third` and a plain one behind it; returns the
+  // WHERE the victim asks, checking that nothing answers either meanwhile.
+  auto heldPair = [&](uint64_t& first, uint64_t& second) {
+    Frame a = request(naming, first);
+    Frame b = request(plain, second);
+    REQUIRE(!testing::writeSync(*pipe, frameMessage({a, b})));
+    Frame where;
+    for (int i = 0; i < 20 && where.kind != Frame::Kind::kWhere; ++i) {
+      for (auto& heard : hear(*pipe, 10s)) {
+        CHECK_FALSE(answerTo(heard, first));
+        CHECK_FALSE(answerTo(heard, second));
+        if (heard.frame.kind == Frame::Kind::kWhere) where = heard.frame;
+      }
+    }
+    REQUIRE(where.kind == Frame::Kind::kWhere);
+    CHECK(std::vector<char>(where.node.begin(), where.node.end()) == thirdId);
+    return where;
+  };
+  // Reads until both answers came; they must come in the order asked.
+  auto answers = [&](uint64_t first, uint64_t second) {
+    std::vector<caf::message> got;
+    for (int i = 0; i < 50 && got.size() < 2; ++i) {
+      for (auto& heard : hear(*pipe, 10s)) {
+        if (answerTo(heard, got.empty() ? first : second)) {
+          got.push_back(answerOf(third.system(), heard));
+        } else {
+          CHECK_FALSE(answerTo(heard, got.empty() ? second : first));
+        }
+      }
+    }
+    REQUIRE(got.size() == 2);
+    return got;
+  };
+  auto refusal = [&](const caf::message& m) {
+    REQUIRE(m.match_elements<caf::error>());
+    const auto& e = m.get_as<caf::error>(0);
+    CHECK(actorpipe::remote::isError(e, RemoteError::kUnsendable));
+    return victim.system().render(e);
+  };
+  uint64_t first = 0, second = 0;
+  // The two requests, held until the peer answers the WHERE with `urls`.
+  auto answerWhere = [&](std::vector<std::string> urls) {
+    Frame at;
+    at.kind = Frame::Kind::kAt;
+    at.request = heldPair(first, second).request;
+    at.urls = std::move(urls);
+    REQUIRE(!testing::writeSync(*pipe, frameMessage({at})));
+    return answers(first, second);
+  };
+
+  SUBCASE("it never answers WHERE: refused after lookupTimeout, then the rest") {
+    heldPair(first, second);
+    auto began = std::chrono::steady_clock::now();
+    auto got = answers(first, second);
+    auto waited = std::chrono::steady_clock::now() - began;
+    CHECK(refusal(got[0]).find("within lookupTimeout") != std::string::npos);
+    CHECK(got[1].match_elements<std::vector<std::string>>());
+    CHECK(waited >= 1000ms);
+    CHECK(waited < 8s);
+  }
+  SUBCASE("it knows no link to that node: refused at once") {
+    auto got = answerWhere({});
+    CHECK(refusal(got[0]).find("has no link to it either") != std::string::npos);
+  }
+  SUBCASE("it points at another node: not taken for the one named") {
+    auto got = answerWhere({other.node().url("tcp")});
+    CHECK(refusal(got[0]).find("another node") != std::string::npos);
+  }
+  SUBCASE("it points at the node: linked, and the message arrives with a live handle") {
+    // The first URL refuses connections.
+    auto got = answerWhere({"tcp://127.0.0.1:1", third.node().url("tcp")});
+    REQUIRE(got[0].match_elements<bool>());
+    CHECK(got[0].get_as<bool>(0));
+    CHECK(got[1].match_elements<std::vector<std::string>>());
+    // The keeper's handle is a proxy on the victim's own link to `third`.
+    CHECK(victim.node().peers().size() == 2);
+  }
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("a node refuses an actor system without a node id") {

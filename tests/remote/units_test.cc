@@ -174,6 +174,50 @@ TEST_CASE("frames round-trip and refuse what is not theirs") {
     hello.node.assign(kMaxNodeIdLength + 1, 'n');
     CHECK(decodeFrame(encodeFrame(hello), back));
   }
+  SUBCASE("HELLO's urls, WHERE and AT: a few printable URLs, a node id, nothing after") {
+    Frame hello;
+    hello.kind = Frame::Kind::kHello;
+    hello.identity = "a";
+    hello.node = "n";
+    hello.urls = {"tcp://10.0.0.1:4000", "shm://x"};
+    REQUIRE(!decodeFrame(encodeFrame(hello), back));
+    CHECK(back.urls == hello.urls);
+    Frame where;
+    where.kind = Frame::Kind::kWhere;
+    where.request = 3;
+    where.node = "n";
+    std::string encoded = encodeFrame(where);
+    REQUIRE(!decodeFrame(encoded, back));
+    CHECK(back.kind == Frame::Kind::kWhere);
+    CHECK(back.request == 3);
+    CHECK(back.node == "n");
+    for (size_t n = 0; n < encoded.size(); ++n) CHECK(decodeFrame(encoded.substr(0, n), back));
+    CHECK(decodeFrame(encoded + "x", back));
+    where.node.clear();
+    CHECK(decodeFrame(encodeFrame(where), back));
+    Frame at;
+    at.kind = Frame::Kind::kAt;
+    at.request = 3;
+    REQUIRE(!decodeFrame(encodeFrame(at), back));  // none: the peer has no link
+    CHECK(back.urls.empty());
+    at.urls = {"tcp://10.0.0.1:4000"};
+    encoded = encodeFrame(at);
+    REQUIRE(!decodeFrame(encoded, back));
+    CHECK(back.urls == at.urls);
+    for (size_t n = 0; n < encoded.size(); ++n) CHECK(decodeFrame(encoded.substr(0, n), back));
+    CHECK(decodeFrame(encoded + "x", back));
+    for (auto bad : {std::string("tcp://a b"), std::string(), std::string(kMaxUrlLength + 1, 'u'),
+                     std::string("tcp://\x01")}) {
+      at.urls = {bad};
+      CHECK(decodeFrame(encodeFrame(at), back));
+      hello.urls = {bad};
+      CHECK(decodeFrame(encodeFrame(hello), back));
+    }
+    at.urls.assign(kMaxUrls + 1, "tcp://10.0.0.1:4000");
+    CHECK(decodeFrame(encodeFrame(at), back));
+    at.urls.resize(kMaxUrls);
+    CHECK(!decodeFrame(encodeFrame(at), back));
+  }
   SUBCASE("node ids: this system's round trip; garbage, trailing bytes and none refused") {
     System s;
     auto& system = *s.system;

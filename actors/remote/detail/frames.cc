@@ -14,9 +14,20 @@ bool isPlainName(const std::string& text, size_t limit) {
   return true;
 }
 
+namespace {
+
+void writeUrls(wire::Writer& w, const std::vector<std::string>& urls) {
+  w.u32(static_cast<uint32_t>(urls.size()));
+  for (const auto& url : urls) w.str(url);
+}
+
+} // namespace
+
 std::string encodeFrame(const Frame& f) {
+  size_t urls = 0;
+  for (const auto& url : f.urls) urls += 4 + url.size();
   wire::Writer w(0, 40 + f.identity.size() + f.node.size() + f.name.size() + f.reason.size() +
-                      f.body.size());
+                      f.body.size() + urls);
   w.u8(kFrameVersion);
   w.u8(static_cast<uint8_t>(f.kind));
   switch (f.kind) {
@@ -26,6 +37,15 @@ std::string encodeFrame(const Frame& f) {
       w.u64(f.messages);
       w.u64(f.bytes);
       w.str(f.node);
+      writeUrls(w, f.urls);
+      break;
+    case Frame::Kind::kWhere:
+      w.u64(f.request);
+      w.str(f.node);
+      break;
+    case Frame::Kind::kAt:
+      w.u64(f.request);
+      writeUrls(w, f.urls);
       break;
     case Frame::Kind::kLookup:
       w.u64(f.request);
@@ -85,6 +105,22 @@ Error decodeFrame(const std::string& bytes, Frame& f) {
   return decodeFrame(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), f);
 }
 
+namespace {
+
+// Listen URLs a peer names (its own in HELLO, a third node's in AT): a few
+// printable ones; whether they parse is for the connect to say.
+void readUrls(wire::Reader& r, std::vector<std::string>& urls) {
+  uint32_t n = r.count(4, kMaxUrls, "urls");
+  for (uint32_t i = 0; i < n && !r.failed(); ++i) {
+    urls.push_back(r.str("url"));
+    if (!r.failed() && !isPlainName(urls.back(), kMaxUrlLength)) r.fail("bad url");
+  }
+}
+
+bool badNodeId(const std::string& node) { return node.empty() || node.size() > kMaxNodeIdLength; }
+
+} // namespace
+
 Error decodeFrame(const uint8_t* bytes, size_t size, Frame& f) {
   wire::Reader r(bytes, size);
   uint8_t version = r.u8();
@@ -105,7 +141,19 @@ Error decodeFrame(const uint8_t* bytes, size_t size, Frame& f) {
       f.bytes = r.u64();
       f.node = r.str("node id");
       if (!r.failed() && !isPlainName(f.identity, kMaxIdentityLength)) r.fail("bad node identity");
-      if (!r.failed() && (f.node.empty() || f.node.size() > kMaxNodeIdLength)) r.fail("bad node id");
+      if (!r.failed() && badNodeId(f.node)) r.fail("bad node id");
+      readUrls(r, f.urls);
+      break;
+    case uint8_t(Frame::Kind::kWhere):
+      f.kind = Frame::Kind::kWhere;
+      f.request = r.u64();
+      f.node = r.str("node id");
+      if (!r.failed() && badNodeId(f.node)) r.fail("bad node id");
+      break;
+    case uint8_t(Frame::Kind::kAt):
+      f.kind = Frame::Kind::kAt;
+      f.request = r.u64();
+      readUrls(r, f.urls);
       break;
     case uint8_t(Frame::Kind::kLookup):
       f.kind = Frame::Kind::kLookup;

@@ -2,9 +2,10 @@
 // The frames two nodes exchange, each the metadata of one pipe message.
 //
 //   HELLO    identity, pid, window,   first frame each way, once; `node`
-//            node                     is the sender's CAF node id, as CAF
+//            node, urls               is the sender's CAF node id, as CAF
 //                                     serializes it (its actors' handles
-//                                     name it; our proxies of them too)
+//                                     name it; our proxies of them too);
+//                                     `urls` where it listens
 //   LOOKUP   request, name            which actor is published as `name`?
 //   FOUND    request, aid, interface  0 = nothing under that name
 //   MESSAGE  source aid, target aid, message id   + 1 payload (CAF bytes)
@@ -34,6 +35,12 @@
 //                                     of the receiver's actor `aid`: the
 //                                     receiver says its DOWN when it ends
 //                                     (at once if it is gone)
+//   WHERE    request, node            a message brought a handle of node
+//                                     `node`'s actor, and the asker has no
+//                                     link to that node: where does it
+//                                     listen?
+//   AT       request, urls            where it said it listens (its HELLO);
+//                                     none if the answerer has no link
 //
 // A frame is a version byte, a kind byte and its fields (runtime/detail/
 // codec.h). A pipe message carries a batch of frames in its metadata: a
@@ -51,7 +58,9 @@
 
 namespace actorpipe::remote::detail {
 
-constexpr uint8_t kFrameVersion = 2;  // 2: INLINE (a peer of 1 is refused at its HELLO)
+// 2: INLINE; 3: HELLO's urls, WHERE and AT (a peer of another version is
+// refused at its HELLO).
+constexpr uint8_t kFrameVersion = 3;
 constexpr size_t kMaxNameLength = 255;
 constexpr size_t kMaxIdentityLength = 255;
 constexpr size_t kMaxNodeIdLength = 128;
@@ -60,6 +69,8 @@ constexpr size_t kMaxInterfaceEntries = 1024;
 constexpr size_t kMaxInterfaceEntryLength = 4096;
 constexpr size_t kMaxBatchFrames = 1024;
 constexpr size_t kMaxInlineBytes = 1024;
+constexpr size_t kMaxUrls = 8;
+constexpr size_t kMaxUrlLength = 255;
 
 struct Frame {
   enum class Kind : uint8_t {
@@ -75,17 +86,20 @@ struct Frame {
     kUnlink = 10,
     kWatch = 11,
     kInline = 12,
+    kWhere = 13,
+    kAt = 14,
   };
   Kind kind{Kind::kBeat};
   // kHello
   std::string identity;
   uint32_t pid{0};
-  std::string node;
+  std::string node;  // and kWhere
+  std::vector<std::string> urls;  // kHello, kAt
   // kHello: the sender's window (its receiver credits a quarter at a time);
   // kCredit: what is credited
   uint64_t messages{0};
   uint64_t bytes{0};
-  // kLookup, kFound
+  // kLookup, kFound, kWhere, kAt
   uint64_t request{0};
   std::string name;
   std::vector<std::string> interface;

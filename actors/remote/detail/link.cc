@@ -196,6 +196,7 @@ void Link::start() {
   hello.node = encodeNodeId(system_, system_.node());
   hello.messages = options_.windowMessages;
   hello.bytes = options_.windowBytes;
+  hello.urls = node->urls();
   write(hello);
   readNext();
 }
@@ -203,6 +204,22 @@ void Link::start() {
 caf::node_id Link::peerNodeId() {
   std::lock_guard<std::mutex> guard(mutex_);
   return peerNode_;
+}
+
+std::vector<std::string> Link::peerUrls() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return peerUrls_;
+}
+
+void Link::whenReady(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!helloDone_ && !dead_) {
+      readyWaiters_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
 }
 
 std::string Link::peerIdentity() {
@@ -628,13 +645,194 @@ void Link::readNext() {
   });
 }
 
+namespace {
+
+// Frames whose order against the peer's messages does not matter: they are
+// handled while a message is held (AT is what a held message waits for).
+bool passesHeld(Frame::Kind kind) {
+  switch (kind) {
+    case Frame::Kind::kAt:
+    case Frame::Kind::kWhere:
+    case Frame::Kind::kLookup:
+    case Frame::Kind::kFound:
+    case Frame::Kind::kBeat:
+    case Frame::Kind::kCredit:
+    case Frame::Kind::kWatch:
+      return true;
+    default:
+      return false;
+  }
+}
+
+} // namespace
+
 void Link::deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& incoming) {
   // Hosted actors woken by this batch run here, once it is delivered.
   LoopUnit::Batch hosted(unit_);
   for (size_t i = 0; i < entries.size() && !dead(); ++i) {
-    Incoming& in = incoming[i];
-    onFrame(std::move(entries[i].frame), in.payload, std::move(in.tensors), in.bytes);
+    Frame& frame = entries[i].frame;
+    if (!held_.empty() && !passesHeld(frame.kind)) {
+      // Behind a held message, in order. Its MESSAGEs are bounded by the
+      // window (read, not credited); the rest by this.
+      if (held_.size() >= options_.windowMessages + kMaxHeldFrames) {
+        failProtocol(ACTORPIPE_ERROR(ProtocolError,
+                                     "the peer sent more than " + std::to_string(held_.size()) +
+                                         " frames while one of its messages waited for a link"));
+        return;
+      }
+      held_.push_back(Held{std::move(frame), std::move(incoming[i])});
+      continue;
+    }
+    if (!onFrame(frame, incoming[i])) held_.push_back(Held{std::move(frame), std::move(incoming[i])});
   }
+}
+
+bool Link::introduce(std::string& why) {
+  auto node = node_.lock();
+  if (!node) return false;
+  bool waiting = false;
+  for (const auto& nid : unknownNodes_) {
+    Introduction* known = nullptr;
+    for (auto& entry : introductions_) {
+      if (entry.second.node == nid) known = &entry.second;
+    }
+    if (known != nullptr) {
+      if (known->state == Introduction::kFailed) {
+        why += (why.empty() ? "" : "; ") + known->why;
+      } else if (known->state == Introduction::kDone) {
+        why += (why.empty() ? "" : "; ") + std::string("its link ended at once");
+      } else {
+        waiting = true;
+      }
+      continue;
+    }
+    if (node->linkToNode(nid)) {
+      // Linked since the decode (another link's introduction): again now.
+      Introduction& now = introductions_[nextWhere_++];
+      now.node = nid;
+      now.state = Introduction::kDone;
+      waiting = true;
+      node->post([self = shared_from_this()] { self->resumeHeld(); });
+      continue;
+    }
+    if (introductions_.size() >= kMaxIntroductions) {
+      why += (why.empty() ? "" : "; ") + std::string("too many nodes to link to at once");
+      continue;
+    }
+    uint64_t request = nextWhere_++;
+    Introduction& asked = introductions_[request];
+    asked.node = nid;
+    Frame where;
+    where.kind = Frame::Kind::kWhere;
+    where.request = request;
+    where.node = encodeNodeId(system_, nid);
+    write(where);
+    waiting = true;
+  }
+  if (waiting && holdDeadline_.load() == 0) {
+    holdDeadline_ = ticks(Clock::now() + options_.lookupTimeout);
+  }
+  return waiting;
+}
+
+void Link::onAt(const Frame& frame) {
+  auto it = introductions_.find(frame.request);
+  if (it == introductions_.end() || it->second.state != Introduction::kAsking) return;
+  Introduction& in = it->second;
+  if (frame.urls.empty()) {
+    in.state = Introduction::kFailed;
+    in.why = "node " + peerIdentity() + " has no link to it either";
+    resumeHeld();
+    return;
+  }
+  in.state = Introduction::kConnecting;
+  in.urls = frame.urls;
+  tryNextUrl(frame.request);
+}
+
+void Link::tryNextUrl(uint64_t request) {
+  auto it = introductions_.find(request);
+  auto node = node_.lock();
+  if (it == introductions_.end() || !node) return;
+  Introduction& in = it->second;
+  while (in.next < in.urls.size()) {
+    const std::string& url = in.urls[in.next++];
+    std::shared_ptr<Link> link;
+    try {
+      link = node->linkTo(url);
+    } catch (const std::exception& e) {
+      in.why += (in.why.empty() ? "" : ", ") + url + ": " + e.what();
+    }
+    if (!link) continue;
+    in.trying = link;
+    std::weak_ptr<Link> weak = shared_from_this();
+    link->whenReady([weak, request] {
+      auto self = weak.lock();
+      if (!self) return;
+      if (auto node = self->node_.lock()) {
+        node->post([self, request] { self->introducedLinkReady(request); });
+      }
+    });
+    return;
+  }
+  in.state = Introduction::kFailed;
+  std::string urls;
+  for (const auto& url : in.urls) urls += (urls.empty() ? "" : " ") + url;
+  in.why = "could not link to it at " + urls + (in.why.empty() ? "" : " (" + in.why + ")");
+  in.trying.reset();
+  resumeHeld();
+}
+
+void Link::introducedLinkReady(uint64_t request) {
+  auto it = introductions_.find(request);
+  if (it == introductions_.end() || it->second.state != Introduction::kConnecting) return;
+  Introduction& in = it->second;
+  std::shared_ptr<Link> link = std::move(in.trying);
+  if (!link || link->dead()) {
+    in.why += std::string(in.why.empty() ? "" : ", ") + (link ? link->url() : "?") + ": link failed";
+  } else if (link->peerNodeId() != in.node) {
+    // Someone else listens there (or the peer lied): not that node.
+    in.why += std::string(in.why.empty() ? "" : ", ") + link->url() + ": another node (" +
+              link->peerIdentity() + ") listens there";
+  } else {
+    in.state = Introduction::kDone;
+    ACTORPIPE_LOG(kInfo, "node link " << url_ << ": linked to " << link->peerIdentity()
+                                      << " at " << link->url() << ", as " << peerIdentity()
+                                      << " introduced it");
+    resumeHeld();
+    return;
+  }
+  tryNextUrl(request);
+}
+
+void Link::expireIntroductions() {
+  bool any = false;
+  for (auto& entry : introductions_) {
+    Introduction& in = entry.second;
+    if (in.state != Introduction::kAsking && in.state != Introduction::kConnecting) continue;
+    in.state = Introduction::kFailed;
+    in.trying.reset();
+    in.why = "no link to it within lookupTimeout (" +
+             std::to_string(options_.lookupTimeout.count()) + " ms)";
+    any = true;
+  }
+  if (any) resumeHeld();
+}
+
+void Link::resumeHeld() {
+  for (const auto& entry : introductions_) {
+    auto state = entry.second.state;
+    if (state == Introduction::kAsking || state == Introduction::kConnecting) return;
+  }
+  LoopUnit::Batch hosted(unit_);
+  while (!held_.empty() && !dead()) {
+    Held& next = held_.front();
+    if (!onFrame(next.frame, next.in)) return;  // it waits for another node now
+    held_.pop_front();
+  }
+  // Each node is tried once per hold: the next hold asks again.
+  introductions_.clear();
+  holdDeadline_ = 0;
 }
 
 void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
@@ -661,22 +859,22 @@ void Link::failProtocol(const Error& error) {
   fail(lostError(error.what()));
 }
 
-void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Tensor> tensors,
-                   size_t bytes) {
+bool Link::onFrame(Frame& frame, Incoming& in) {
   bool hello = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     hello = helloDone_;
   }
   if (!hello) {
+    std::vector<std::function<void()>> ready;
     if (frame.kind != Frame::Kind::kHello) {
       failProtocol(ACTORPIPE_ERROR(ProtocolError, "a node's first frame must be HELLO"));
-      return;
+      return true;
     }
     auto node = node_.lock();
     if (node && frame.identity == node->identity()) {
       failProtocol(ACTORPIPE_ERROR(ProtocolError, "a peer claims this node's own identity"));
-      return;
+      return true;
     }
     // Its CAF node id names its actors in handles, and our proxies of them.
     // Ours would make its proxies look like this node's actors. (A peer
@@ -686,11 +884,11 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
     caf::node_id peerNode;
     if (Error bad = decodeNodeId(system_, frame.node, peerNode)) {
       failProtocol(bad);
-      return;
+      return true;
     }
     if (peerNode == system_.node()) {
       failProtocol(ACTORPIPE_ERROR(ProtocolError, "a peer claims this node's CAF node id"));
-      return;
+      return true;
     }
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -698,16 +896,19 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
       peerNode_ = std::move(peerNode);
       peerWindowMessages_ = frame.messages;
       peerWindowBytes_ = frame.bytes;
+      peerUrls_ = std::move(frame.urls);
       helloDone_ = true;
+      ready.swap(readyWaiters_);
     }
     changed_.notify_all();
+    for (auto& fn : ready) fn();
     ACTORPIPE_LOG(kInfo, "node link " << url_ << ": peer " << frame.identity);
-    return;
+    return true;
   }
   switch (frame.kind) {
     case Frame::Kind::kHello:
       failProtocol(ACTORPIPE_ERROR(ProtocolError, "a second HELLO"));
-      return;
+      return true;
     case Frame::Kind::kLookup: {
       Frame answer;
       answer.kind = Frame::Kind::kFound;
@@ -716,61 +917,90 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         if (auto actor = node->published(frame.name, answer.interface)) answer.aid = actor->id();
       }
       write(answer);
-      return;
+      return true;
     }
     case Frame::Kind::kFound: {
       {
         std::lock_guard<std::mutex> guard(mutex_);
         auto it = lookups_.find(frame.request);
-        if (it == lookups_.end()) return;  // answered after its asker gave up
+        if (it == lookups_.end()) return true;  // answered after its asker gave up
         it->second->done = true;
         it->second->aid = frame.aid;
         it->second->interface = std::move(frame.interface);
       }
       changed_.notify_all();
-      return;
+      return true;
     }
     case Frame::Kind::kMessage:
     case Frame::Kind::kInline: {
       caf::message content;
+      // A message that names a node without a link here may be held and
+      // decoded again once linked: its tensors are kept until then.
+      bool mayHold = options_.automaticConnections;
+      unknownNodes_.clear();
       tDecoding = this;
       Error bad = frame.kind == Frame::Kind::kInline
                       ? decodeMessage(system_, frame.body.data(), frame.body.size(), {}, content,
                                       &decodeUnit_)
-                      : decodeMessage(system_, payload.data(), payload.size(), std::move(tensors),
-                                      content, &decodeUnit_);
+                      : decodeMessage(system_, in.payload.data(), in.payload.size(),
+                                      mayHold ? in.tensors : std::move(in.tensors), content,
+                                      &decodeUnit_);
       tDecoding = nullptr;
       size_t unreachable = 0;
       if (!settleHandles(unreachable)) {
         failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer sent handles of more than " +
                                                         std::to_string(options_.maxPeerHandles) +
                                                         " of its actors"));
-        return;
+        return true;
       }
       if (bad) {
         failProtocol(bad);
-        return;
+        return true;
       }
       caf::error refused;
       if (unreachable > 0) {
+        std::string why;
+        if (mayHold && introduce(why)) return false;  // held until linked to those nodes
         // Its handles would arrive as no actor: the message is refused, as
         // one to an actor that is gone (a request is answered with this).
         refused = makeError(RemoteError::kUnsendable,
                             "the message holds " + std::to_string(unreachable) +
-                                " handle(s) of actors on nodes this node has no link to "
-                                "(nodes do not relay)");
+                                " handle(s) of actors on nodes this node has no link to (" +
+                                (why.empty() ? std::string("automatic connections are off") : why) +
+                                "; nodes do not relay)");
         ACTORPIPE_LOG(kWarn, "node link " << url_ << ": " << system_.render(refused));
       }
-      onMessage(frame, std::move(content), bytes, std::move(refused));
-      return;
+      onMessage(frame, std::move(content), in.bytes, std::move(refused));
+      return true;
     }
+    case Frame::Kind::kWhere: {
+      // Where a node we link to listens, as it said in its HELLO: the asker
+      // got a handle of its actor from us. None if we have no live link.
+      caf::node_id nid;
+      if (Error bad = decodeNodeId(system_, frame.node, nid)) {
+        failProtocol(bad);
+        return true;
+      }
+      Frame answer;
+      answer.kind = Frame::Kind::kAt;
+      answer.request = frame.request;
+      if (auto node = node_.lock()) {
+        auto link = nid ? node->linkToNode(nid) : nullptr;
+        if (link && link.get() != this) answer.urls = link->peerUrls();
+      }
+      write(answer);
+      return true;
+    }
+    case Frame::Kind::kAt:
+      onAt(frame);
+      return true;
     case Frame::Kind::kLink:
     case Frame::Kind::kUnlink:
       onLink(frame.source, frame.aid, frame.kind == Frame::Kind::kLink);
-      return;
+      return true;
     case Frame::Kind::kWatch:
       onWatch(frame.aid);
-      return;
+      return true;
     case Frame::Kind::kDown: {
       caf::error reason;
       if (frame.code != 0) {
@@ -796,7 +1026,7 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
       }
       releaseHandles(std::move(handle), reason);
       if (proxy) caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, std::move(reason));
-      return;
+      return true;
     }
     case Frame::Kind::kCredit: {
       ACTORPIPE_LOG(kTrace, "node link " << url_ << ": credited " << frame.messages << " messages, "
@@ -808,15 +1038,16 @@ void Link::onFrame(Frame frame, const std::vector<char>& payload, std::vector<Te
         window_.inFlightBytes -= std::min<uint64_t>(frame.bytes, window_.inFlightBytes);
       }
       changed_.notify_all();
-      return;
+      return true;
     }
     case Frame::Kind::kBeat:
-      return;
+      return true;
     case Frame::Kind::kBye:
       fail(makeError(RemoteError::kNodeLeft,
                      "node " + peerIdentity() + (url_.empty() ? "" : " at " + url_) + " left"));
-      return;
+      return true;
   }
+  return true;
 }
 
 void Link::onMessage(const Frame& frame, caf::message content, size_t bytes, caf::error refused) {
@@ -1012,6 +1243,10 @@ caf::strong_actor_ptr Link::makeHandle(const caf::node_id& nid, caf::actor_id ai
   }
   if (!owner) {
     ++unreachableHandles_;
+    if (unknownNodes_.size() < kMaxIntroductions &&
+        std::find(unknownNodes_.begin(), unknownNodes_.end(), nid) == unknownNodes_.end()) {
+      unknownNodes_.push_back(nid);
+    }
     return nullptr;
   }
   if (introduced_ >= options_.maxPeerHandles) {
@@ -1098,6 +1333,12 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
     return std::chrono::duration_cast<std::chrono::milliseconds>(
         now - Clock::time_point(Clock::duration(tick)));
   };
+  int64_t deadline = holdDeadline_.load();
+  if (deadline != 0 && ticks(now) >= deadline && holdDeadline_.compare_exchange_strong(deadline, 0)) {
+    if (auto node = node_.lock()) {
+      node->post([self = shared_from_this()] { self->expireIntroductions(); });
+    }
+  }
   auto sinceRead = since(lastRead_.load());
   auto sinceWrite = since(lastWrite_.load());
   // Nothing else arrives while a message's bytes do (they share the pipe),
@@ -1147,6 +1388,7 @@ void Link::fail(const caf::error& reason) {
   std::vector<caf::strong_actor_ptr> proxies;
   // Released after the kills below (which end the peer's links).
   std::map<std::pair<caf::actor_id, caf::actor_id>, caf::strong_actor_ptr> peerLinks;
+  std::vector<std::function<void()>> ready;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (dead_) return;
@@ -1158,8 +1400,10 @@ void Link::fail(const caf::error& reason) {
       if (auto proxy = entry.second.lock()) proxies.push_back(std::move(proxy));
     }
     proxies_.clear();
+    ready.swap(readyWaiters_);
   }
   changed_.notify_all();
+  for (auto& fn : ready) fn();
   ACTORPIPE_LOG(kInfo, "node link " << url_ << ": " << system_.render(reason));
   pipe_->close();
   for (auto& entry : pending) {

@@ -13,7 +13,9 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include <actorpipe/actors/detail/context_core.h>
 #include <actorpipe/runtime/detail/log.h>
+#include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/detail/secure_random.h>
 #include <actorpipe/transports/shm/socket.h>
 
@@ -70,6 +72,22 @@ void NodeCore::start() {
 
 std::string NodeCore::url(const std::string& transport) const {
   return listener_ ? listener_->url(transport) : std::string();
+}
+
+std::vector<std::string> NodeCore::urls() const {
+  std::vector<std::string> out;
+  for (const auto& url : options_.listen) {
+    std::string at = this->url(url.substr(0, url.find("://")));
+    if (!at.empty() && isPlainName(at, kMaxUrlLength) && out.size() < kMaxUrls &&
+        std::find(out.begin(), out.end(), at) == out.end()) {
+      out.push_back(std::move(at));
+    }
+  }
+  return out;
+}
+
+bool NodeCore::post(std::function<void()> fn) {
+  return context_->core()->loop().post([fn = std::move(fn)] { fn(); });
 }
 
 void NodeCore::acceptNext() {

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <deque>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,10 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>,
   const NodeOptions& options() const { return options_; }
   const std::string& identity() const { return identity_; }
   std::string url(const std::string& transport) const;
+  // Where this node listens, one URL per transport (its HELLO says them).
+  std::vector<std::string> urls() const;
+  // Runs `fn` on the loop every link's pipe runs on; false once it ended.
+  bool post(std::function<void()> fn);
   const std::shared_ptr<BufferPool>& pool() const { return pool_; }
 
   Error publish(caf::strong_actor_ptr actor, std::set<std::string> interface,
@@ -132,7 +137,12 @@ class Link : public std::enable_shared_from_this<Link> {
   const std::string& url() const { return url_; }
   std::string peerIdentity();
   caf::node_id peerNodeId();
+  // Where the peer listens, as its HELLO said.
+  std::vector<std::string> peerUrls();
   bool dead();
+  // `fn` once the peer's HELLO came or the link died (at once if either
+  // happened), on whichever thread saw it.
+  void whenReady(std::function<void()> fn);
   // CAF's deserializer, decoding this link's message, found a handle of
   // node `nid`'s actor `aid` that the node's registry lacks: a proxy on
   // the live link to that node (this one, or another), or null (loop only,
@@ -177,6 +187,9 @@ class Link : public std::enable_shared_from_this<Link> {
   };
   // A read batch's frames, in order, on the loop that read them.
   void deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& incoming);
+  // False: `frame` (a message naming nodes without a link here) is held
+  // until they are linked (introduce); `in` is untouched then.
+  bool onFrame(Frame& frame, Incoming& in);
   // A frame waiting for the pipe write in flight to finish.
   struct Queued {
     std::string frame;
@@ -184,8 +197,6 @@ class Link : public std::enable_shared_from_this<Link> {
     bool bye{false};
     size_t control{0};  // its bytes, if the window does not count it
   };
-  void onFrame(Frame frame, const std::vector<char>& payload, std::vector<Tensor> tensors,
-               size_t bytes);
   // Under mutex_: the frames that go in the next pipe write.
   std::vector<Queued> takeBatch();
   void writeBatch(std::vector<Queued> batch);
@@ -222,6 +233,18 @@ class Link : public std::enable_shared_from_this<Link> {
   // The registry's entries of the peer's actors go (killed with `reason`);
   // their introducers count them no more.
   void releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, const caf::error& reason);
+  // Introductions (loop only). A decoded message named nodes without a
+  // link here (unknownNodes_): ask the peer where each listens (WHERE), link
+  // there (AT), then decode it again. Meanwhile it and the peer's frames
+  // after it are held in order (held_), at most until lookupTimeout. True
+  // if it waits; `why` gathers why nodes could not be linked.
+  bool introduce(std::string& why);
+  void onAt(const Frame& frame);
+  void tryNextUrl(uint64_t request);
+  void introducedLinkReady(uint64_t request);
+  void expireIntroductions();
+  // Delivers the held frames once no introduction is under way.
+  void resumeHeld();
   void failProtocol(const Error& error);
   // The pipe failed a read: the peer is lost, or it closed after our BYE.
   void failRead(const Error& error);
@@ -253,6 +276,8 @@ class Link : public std::enable_shared_from_this<Link> {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool helloDone_{false};
+  std::vector<std::function<void()>> readyWaiters_;
+  std::vector<std::string> peerUrls_;
   std::string peer_;
   caf::node_id peerNode_;
   bool dead_{false};
@@ -306,6 +331,28 @@ class Link : public std::enable_shared_from_this<Link> {
   size_t unreachableHandles_{0};  // of nodes without a live link here
   std::vector<std::pair<std::shared_ptr<Link>, caf::actor_id>> newHandles_;  // to WATCH
   std::vector<std::pair<caf::node_id, caf::actor_id>> refusedHandles_;
+  // Introductions, loop only (introduce()).
+  static constexpr size_t kMaxIntroductions = 16;  // nodes asked for during one hold
+  static constexpr size_t kMaxHeldFrames = 4096;   // besides the window's messages
+  std::vector<caf::node_id> unknownNodes_;  // named by the message being decoded
+  struct Held {
+    Frame frame;
+    Incoming in;
+  };
+  std::deque<Held> held_;
+  struct Introduction {
+    enum State { kAsking, kConnecting, kDone, kFailed };
+    State state{kAsking};
+    caf::node_id node;
+    std::vector<std::string> urls;
+    size_t next{0};
+    std::shared_ptr<Link> trying;
+    std::string why;
+  };
+  std::map<uint64_t, Introduction> introductions_;  // by WHERE's request
+  uint64_t nextWhere_{1};
+  // When the hold gives up on its introductions (0: none); the ticker checks.
+  std::atomic<int64_t> holdDeadline_{0};
 
   std::deque<Queued> queue_;
   size_t queuedControl_{0};  // bytes of queue_ the window does not count
