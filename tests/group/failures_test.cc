@@ -145,6 +145,25 @@ TEST_CASE("OpenMPI's variables, with the rendezvous in a shared directory") {
   CHECK(::rmdir(dir) == 0);  // empty: rank 0 removed its file
 }
 
+TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the ranks") {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    MESSAGE("mpirun is not installed: skipped (scripts/setup.sh installs openmpi-bin)");
+    return;
+  }
+  char dir[] = "/tmp/group-mpirun-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  // As root (CI) mpirun needs --allow-run-as-root, and three ranks on two
+  // CPUs --oversubscribe. The ranks never call MPI_Init: mpirun starts them
+  // and sets OMPI_COMM_WORLD_* and PMIX_NAMESPACE, which is what they read.
+  Run r = runShell("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 -x "
+                   "ACTORPIPE_RENDEZVOUS_DIR=" + std::string(dir) + " " + kCheck + " sum links");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(count(r.output, "ok sum") == 1);
+  CHECK(count(r.output, "ok links") == 1);
+  CHECK(::rmdir(dir) == 0);  // empty: rank 0 removed its file
+}
+
 TEST_CASE("a group of one") {
   Run r = run("-n 1 -- " + kCheck + " sum uneven broadcast");
   INFO(r.output);

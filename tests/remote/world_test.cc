@@ -16,6 +16,7 @@
 #include <string>
 
 #include "../support/harness.h"
+#include "../support/shell.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/remote/world.h>
@@ -54,7 +55,9 @@ int freePort() {
 
 // One rank: joins, publishes an actor that answers its rank, asks the next
 // rank's, and stays until the previous rank has its answer.
-int rankBody(Child& self, Environment environment, const std::string& source) {
+// `say` reports its one line (a Child's pipe, or stdout under a launcher).
+int rankBody(const std::function<void(const std::string&)>& say, Environment environment,
+             const std::string& source) {
   caf::actor_system_config config;
   actorpipe::remote::configure(config);
   config.set("scheduler.max-threads", 2);
@@ -64,7 +67,7 @@ int rankBody(Child& self, Environment environment, const std::string& source) {
   options.rendezvousTimeout = std::chrono::seconds(30);
   std::unique_ptr<World> world;
   if (auto error = World::join(system, options, world)) {
-    self.send(std::string("join failed: ") + error.what());
+    say(std::string("join failed: ") + error.what());
     return 1;
   }
   CHILD_CHECK(world->size() == kRanks);
@@ -101,12 +104,12 @@ int rankBody(Child& self, Environment environment, const std::string& source) {
         .receive([&](int32_t r) { answer = r; }, [&](caf::error& e) { problem = system.render(e); });
   }
   if (answer != next) {
-    self.send("rank " + std::to_string(rank) + " never heard rank " + std::to_string(next) + ": " + problem);
+    say("rank " + std::to_string(rank) + " never heard rank " + std::to_string(next) + ": " + problem);
     return 1;
   }
   caf::anon_send(nextActor, heard_atom::value);
   CHILD_CHECK(heard->get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  self.send("rank " + std::to_string(rank) + " asked rank " + std::to_string(answer));
+  say("rank " + std::to_string(rank) + " asked rank " + std::to_string(answer));
   return 0;
 }
 
@@ -115,7 +118,9 @@ void runJob(const std::string& source, const std::function<Environment(int rank)
   for (int r = kRanks - 1; r >= 0; --r) {  // rank 0 last: the others wait for it
     Environment environment = environmentOf(r);
     ranks.push_back(Child::spawn(
-        [environment, source](Child& self) { return rankBody(self, environment, source); },
+        [environment, source](Child& self) {
+          return rankBody([&](const std::string& line) { self.send(line); }, environment, source);
+        },
         std::chrono::seconds(90)));
   }
   for (auto& child : ranks) {
@@ -177,6 +182,48 @@ TEST_CASE("OpenMPI's environment: mpirun's variables and its job's namespace") {
                        {"PMIX_NAMESPACE", "prterun-test-4242@1"},
                        {"ACTORPIPE_RENDEZVOUS_DIR", dir}};
   });
+  ::rmdir(dir.c_str());
+}
+
+// Not a test alone: one rank of the job the next test has a real mpirun
+// start (skipped unless asked for, with --no-skip).
+TEST_CASE("a rank of the job a real launcher started" * doctest::skip()) {
+  const char* source = std::getenv("ACTORPIPE_TEST_LAUNCHER_SOURCE");
+  REQUIRE(source != nullptr);
+  int rc = rankBody(
+      [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      },
+      {}, source);  // the environment is the launcher's own
+  CHECK(rc == 0);
+}
+
+TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the job") {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    MESSAGE("mpirun is not installed: skipped (scripts/setup.sh installs openmpi-bin)");
+    return;
+  }
+  std::string dir = freshDirectory();
+  char self[4096];
+  ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  REQUIRE(length > 0);
+  self[length] = 0;
+  // As root (CI) mpirun needs --allow-run-as-root; three ranks on two CPUs
+  // need --oversubscribe. The ranks never call MPI_Init: mpirun only starts
+  // them and sets OMPI_COMM_WORLD_*, which is all a World reads.
+  auto run = testing::runShell(
+      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(kRanks) +
+      " -x ACTORPIPE_RENDEZVOUS_DIR=" + dir + " -x ACTORPIPE_TEST_LAUNCHER_SOURCE=openmpi " +
+      self + " --no-skip --no-version --no-intro -tc='a rank of the job a real launcher started'");
+  INFO(run.output);
+  CHECK(run.status == 0);
+  size_t asked = 0;
+  for (size_t at = run.output.find(" asked rank "); at != std::string::npos;
+       at = run.output.find(" asked rank ", at + 1)) {
+    ++asked;
+  }
+  CHECK(asked == size_t(kRanks));
   ::rmdir(dir.c_str());
 }
 
