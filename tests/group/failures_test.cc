@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "../support/shell.h"
+#include "../support/slurm.h"
 
 namespace {
 
@@ -158,6 +159,25 @@ TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the ra
   Run r = runShell("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 -x "
                    "ACTORPIPE_RENDEZVOUS_DIR=" + std::string(dir) + " " + kCheck + " sum links");
   INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(count(r.output, "ok sum") == 1);
+  CHECK(count(r.output, "ok links") == 1);
+  CHECK(::rmdir(dir) == 0);  // empty: rank 0 removed its file
+}
+
+TEST_CASE("a real srun (a private one-node Slurm cluster) starts the ranks") {
+  testing::SlurmCluster slurm;
+  if (!slurm.unavailable().empty()) {
+    MESSAGE("skipped: " << slurm.unavailable());
+    return;
+  }
+  char dir[] = "/tmp/group-srun-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  // Three tasks on however many CPUs: --overcommit.
+  Run r = runShell("timeout 120 " + slurm.srun() + " -n 3 --overcommit --export=ALL,"
+                   "ACTORPIPE_RENDEZVOUS_DIR=" + std::string(dir) + " " + kCheck + " sum links");
+  INFO(r.output);
+  INFO(slurm.logs());
   CHECK(r.status == 0);
   CHECK(count(r.output, "ok sum") == 1);
   CHECK(count(r.output, "ok links") == 1);

@@ -17,6 +17,7 @@
 
 #include "../support/harness.h"
 #include "../support/shell.h"
+#include "../support/slurm.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/remote/world.h>
@@ -199,23 +200,19 @@ TEST_CASE("a rank of the job a real launcher started" * doctest::skip()) {
   CHECK(rc == 0);
 }
 
-TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the job") {
-  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
-    MESSAGE("mpirun is not installed: skipped (scripts/setup.sh installs openmpi-bin)");
-    return;
-  }
-  std::string dir = freshDirectory();
+namespace {
+
+// `launch` (a launcher's command, up to the program) starts kRanks ranks of
+// this binary, each running the skipped case above (which checks the
+// source its World found); every rank must ask its next one and exit 0.
+void launchedJob(const std::string& launch, const std::string& dir) {
   char self[4096];
   ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   REQUIRE(length > 0);
   self[length] = 0;
-  // As root (CI) mpirun needs --allow-run-as-root; three ranks on two CPUs
-  // need --oversubscribe. The ranks never call MPI_Init: mpirun only starts
-  // them and sets OMPI_COMM_WORLD_*, which is all a World reads.
-  auto run = testing::runShell(
-      "timeout 120 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(kRanks) +
-      " -x ACTORPIPE_RENDEZVOUS_DIR=" + dir + " -x ACTORPIPE_TEST_LAUNCHER_SOURCE=openmpi " +
-      self + " --no-skip --no-version --no-intro -tc='a rank of the job a real launcher started'");
+  auto run = testing::runShell("timeout 120 " + launch + " " + self +
+                               " --no-skip --no-version --no-intro "
+                               "-tc='a rank of the job a real launcher started'");
   INFO(run.output);
   CHECK(run.status == 0);
   size_t asked = 0;
@@ -225,6 +222,36 @@ TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the jo
   }
   CHECK(asked == size_t(kRanks));
   ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the job") {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    MESSAGE("mpirun is not installed: skipped (scripts/setup.sh installs openmpi-bin)");
+    return;
+  }
+  std::string dir = freshDirectory();
+  // As root (CI) mpirun needs --allow-run-as-root; three ranks on two CPUs
+  // need --oversubscribe. The ranks never call MPI_Init: mpirun only starts
+  // them and sets OMPI_COMM_WORLD_*, which is all a World reads.
+  launchedJob("mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(kRanks) +
+                  " -x ACTORPIPE_RENDEZVOUS_DIR=" + dir + " -x ACTORPIPE_TEST_LAUNCHER_SOURCE=openmpi",
+              dir);
+}
+
+TEST_CASE("a real srun (a private one-node Slurm cluster) starts the job") {
+  testing::SlurmCluster slurm;
+  if (!slurm.unavailable().empty()) {
+    MESSAGE("skipped: " << slurm.unavailable());
+    return;
+  }
+  std::string dir = freshDirectory();
+  INFO(slurm.logs());
+  launchedJob(slurm.srun() + " -n " + std::to_string(kRanks) +
+                  " --overcommit --export=ALL,ACTORPIPE_RENDEZVOUS_DIR=" + dir +
+                  ",ACTORPIPE_TEST_LAUNCHER_SOURCE=slurm",
+              dir);
 }
 
 TEST_CASE("a rank that never comes: rank 0 names it, within the rendezvous timeout") {
