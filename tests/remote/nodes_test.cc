@@ -664,123 +664,229 @@ caf::message answerOf(caf::actor_system& system, const Heard& heard) {
 
 } // namespace
 
-TEST_CASE("a hand-made peer that introduces a node: its frames wait in order, then the node is "
-          "linked, refused or given up on") {
-  using namespace actorpipe::remote::detail;
-  NodeOptions options = TestNode::quick();
-  options.lookupTimeout = 1500ms;
-  options.heartbeatTimeout = 20s;  // the hand-made peer says no BEATs
-  TestNode victim(options);
-  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
-  TestNode third;  // the node the peer's messages name
-  auto added = third.own(third.system().spawn(adder));
-  TestNode other;  // a node that is not `third`
-  EncodedMessage naming;  // keep C's adder: a handle of a node the victim has no link to
-  REQUIRE(!encodeMessage(third.system(), caf::make_message(keep_atom::value, added), naming));
-  EncodedMessage plain;  // a request for the keeper's downs
-  REQUIRE(!encodeMessage(third.system(), caf::make_message(downs_atom::value), plain));
+namespace {
 
-  auto context = testing::makeContext("attacker");
-  auto pipe = context->connect(victim.node().url("tcp"));
-  uint64_t target = attackerHello(*pipe, "keeper");
-  uint64_t nextRequest = 1;
-  // A request from the peer's actor 5 (answers come back to it).
-  auto request = [&](const EncodedMessage& body, uint64_t& id) {
-    id = nextRequest++;
+// The CAF bytes of (keep_atom, handle) with the handle naming node `nid`
+// (made by a scratch system's actor, its node id then written over); the
+// actor id is the 8 bytes at `aidAt` (big-endian, as CAF writes it).
+struct KeepNaming {
+  std::vector<char> bytes;
+  size_t aidAt{0};
+  std::vector<char> of(uint64_t aid) const {
+    std::vector<char> out = bytes;
+    uint64_t id = htobe64(aid);
+    std::memcpy(out.data() + aidAt, &id, 8);
+    return out;
+  }
+};
+KeepNaming keepNaming(const caf::node_id& nid) {
+  using namespace actorpipe::remote::detail;
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, caf::make_message(keep_atom::value, someone), body));
+  caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
+  std::vector<char> ours = nodeIdBytes(system.node()), theirs = nodeIdBytes(nid);
+  REQUIRE(ours.size() == theirs.size());
+  auto at = std::search(body.bytes.begin(), body.bytes.end(), ours.begin(), ours.end());
+  REQUIRE(at != body.bytes.end());
+  size_t nodeAt = static_cast<size_t>(at - body.bytes.begin());
+  REQUIRE(nodeAt >= 8);
+  uint64_t written = 0;
+  std::memcpy(&written, body.bytes.data() + nodeAt - 8, 8);
+  REQUIRE(be64toh(written) == someone.id());
+  std::copy(theirs.begin(), theirs.end(), body.bytes.begin() + nodeAt);
+  return KeepNaming{std::move(body.bytes), nodeAt - 8};
+}
+
+// A hand-made peer of a victim node that publishes a keeper: its requests
+// (from its actor 5) make the keeper keep handles of nodes the victim has no
+// link to, and it answers the victim's WHEREs itself.
+struct Introducer {
+  explicit Introducer(std::chrono::milliseconds lookupTimeout) : victim(options(lookupTimeout)) {
+    keeping = victim.own(victim.system().spawn(keeper));
+    REQUIRE(!victim.node().publish(keeping, "keeper"));
+    added = third.own(third.system().spawn(adder));
+    context = testing::makeContext("attacker");
+    pipe = context->connect(victim.node().url("tcp"));
+    target = attackerHello(*pipe, "keeper");
+  }
+  ~Introducer() {
+    pipe->close();
+    context->join();
+  }
+  static NodeOptions options(std::chrono::milliseconds lookupTimeout) {
+    NodeOptions o = TestNode::quick();
+    o.lookupTimeout = lookupTimeout;
+    o.heartbeatTimeout = 60s;  // the hand-made peer says no BEATs
+    return o;
+  }
+  // Keep `third`'s adder: a node the victim has no link to.
+  std::vector<char> namingThird() {
+    actorpipe::remote::detail::EncodedMessage m;
+    REQUIRE(!encodeMessage(third.system(), caf::make_message(keep_atom::value, added), m));
+    return m.bytes;
+  }
+  // The keeper's downs: a plain request.
+  std::vector<char> plain() {
+    actorpipe::remote::detail::EncodedMessage m;
+    REQUIRE(!encodeMessage(third.system(), caf::make_message(downs_atom::value), m));
+    return m.bytes;
+  }
+  // An INLINE from actor 5 to the keeper; a request numbered `id` unless 0.
+  actorpipe::remote::detail::Frame message(const std::vector<char>& body, uint64_t id) {
+    using namespace actorpipe::remote::detail;
     Frame f;
     f.kind = Frame::Kind::kInline;
     f.source = 5;
     f.aid = target;
     f.messageId = caf::make_message_id(caf::message_priority::normal).integer_value() | id;
-    f.body.assign(body.bytes.begin(), body.bytes.end());
+    f.body.assign(body.begin(), body.end());
     return f;
-  };
-  auto answerTo = [](const Heard& heard, uint64_t id) {
+  }
+  static bool answerTo(const Heard& heard, uint64_t id) {
+    using actorpipe::remote::detail::Frame;
     auto kind = heard.frame.kind;
     caf::message_id mid(heard.frame.messageId);
     return (kind == Frame::Kind::kInline || kind == Frame::Kind::kMessage) &&
            heard.frame.aid == 5 && mid.is_response() && (mid.integer_value() & 0xffffffffu) == id;
-  };
-  std::vector<char> thirdId = nodeIdBytes(third.system().node());
-  // Sends a request naming `third` and a plain one behind it; returns the
-  // WHERE the victim asks, checking that nothing answers either meanwhile.
-  auto heldPair = [&](uint64_t& first, uint64_t& second) {
-    Frame a = request(naming, first);
-    Frame b = request(plain, second);
-    REQUIRE(!testing::writeSync(*pipe, frameMessage({a, b})));
-    Frame where;
-    for (int i = 0; i < 20 && where.kind != Frame::Kind::kWhere; ++i) {
-      for (auto& heard : hear(*pipe, 10s)) {
-        CHECK_FALSE(answerTo(heard, first));
-        CHECK_FALSE(answerTo(heard, second));
-        if (heard.frame.kind == Frame::Kind::kWhere) where = heard.frame;
-      }
-    }
-    REQUIRE(where.kind == Frame::Kind::kWhere);
-    CHECK(std::vector<char>(where.node.begin(), where.node.end()) == thirdId);
-    return where;
-  };
-  // Reads until both answers came; they must come in the order asked.
-  auto answers = [&](uint64_t first, uint64_t second) {
+  }
+  void send(const std::vector<actorpipe::remote::detail::Frame>& frames) {
+    REQUIRE(!testing::writeSync(*pipe, frameMessage(frames)));
+  }
+  // Answers every WHERE with `urls` (or none) and collects the answers to
+  // requests 1..count, which must come in that order.
+  std::vector<caf::message> answers(size_t count, const std::vector<std::string>& urls = {},
+                                    std::vector<actorpipe::remote::detail::Frame>* wheres = nullptr) {
+    using namespace actorpipe::remote::detail;
     std::vector<caf::message> got;
-    for (int i = 0; i < 50 && got.size() < 2; ++i) {
-      for (auto& heard : hear(*pipe, 10s)) {
-        if (answerTo(heard, got.empty() ? first : second)) {
+    for (int i = 0; i < 400 && got.size() < count; ++i) {
+      for (auto& heard : hear(*pipe, 20s)) {
+        if (heard.frame.kind == Frame::Kind::kWhere) {
+          if (wheres != nullptr) wheres->push_back(heard.frame);
+          Frame at;
+          at.kind = Frame::Kind::kAt;
+          at.request = heard.frame.request;
+          at.urls = urls;
+          send({at});
+        }
+        for (uint64_t id = 1; id <= count; ++id) {
+          if (!answerTo(heard, id)) continue;
+          CHECK(id == got.size() + 1);  // in the order asked
           got.push_back(answerOf(third.system(), heard));
-        } else {
-          CHECK_FALSE(answerTo(heard, got.empty() ? second : first));
         }
       }
     }
-    REQUIRE(got.size() == 2);
+    REQUIRE(got.size() == count);
     return got;
-  };
-  auto refusal = [&](const caf::message& m) {
+  }
+  std::string refusal(const caf::message& m) {
     REQUIRE(m.match_elements<caf::error>());
     const auto& e = m.get_as<caf::error>(0);
     CHECK(actorpipe::remote::isError(e, RemoteError::kUnsendable));
     return victim.system().render(e);
-  };
-  uint64_t first = 0, second = 0;
-  // The two requests, held until the peer answers the WHERE with `urls`.
-  auto answerWhere = [&](std::vector<std::string> urls) {
-    Frame at;
-    at.kind = Frame::Kind::kAt;
-    at.request = heldPair(first, second).request;
-    at.urls = std::move(urls);
-    REQUIRE(!testing::writeSync(*pipe, frameMessage({at})));
-    return answers(first, second);
-  };
-
-  SUBCASE("it never answers WHERE: refused after lookupTimeout, then the rest") {
-    heldPair(first, second);
-    auto began = std::chrono::steady_clock::now();
-    auto got = answers(first, second);
-    auto waited = std::chrono::steady_clock::now() - began;
-    CHECK(refusal(got[0]).find("within lookupTimeout") != std::string::npos);
-    CHECK(got[1].match_elements<std::vector<std::string>>());
-    CHECK(waited >= 1000ms);
-    CHECK(waited < 8s);
   }
-  SUBCASE("it knows no link to that node: refused at once") {
-    auto got = answerWhere({});
-    CHECK(refusal(got[0]).find("has no link to it either") != std::string::npos);
+
+  TestNode victim;
+  TestNode third;  // the node the peer's messages name
+  caf::actor keeping;  // the victim's keeper
+  caf::actor added;
+  std::shared_ptr<actorpipe::Context> context;
+  std::shared_ptr<actorpipe::Pipe> pipe;
+  uint64_t target{0};
+};
+
+} // namespace
+
+TEST_CASE("a hand-made peer that introduces a node: its frames wait in order, then the node is "
+          "linked or refused") {
+  Introducer peer(10s);
+  TestNode other;  // a node that is not `third`
+  // Request 1 names `third` and is held; request 2 waits behind it (the
+  // answers check the order).
+  peer.send({peer.message(peer.namingThird(), 1), peer.message(peer.plain(), 2)});
+  std::vector<actorpipe::remote::detail::Frame> wheres;
+  SUBCASE("it knows no link to that node: refused") {
+    auto got = peer.answers(2, {}, &wheres);
+    CHECK(peer.refusal(got[0]).find("has no link to it either") != std::string::npos);
+    CHECK(got[1].match_elements<std::vector<std::string>>());
   }
   SUBCASE("it points at another node: not taken for the one named") {
-    auto got = answerWhere({other.node().url("tcp")});
-    CHECK(refusal(got[0]).find("another node") != std::string::npos);
+    auto got = peer.answers(2, {other.node().url("tcp")}, &wheres);
+    CHECK(peer.refusal(got[0]).find("another node") != std::string::npos);
+  }
+  SUBCASE("it names a host, not an address: not looked up, refused") {
+    auto got = peer.answers(2, {"tcp://localhost:1"}, &wheres);
+    CHECK(peer.refusal(got[0]).find("not a numeric address") != std::string::npos);
   }
   SUBCASE("it points at the node: linked, and the message arrives with a live handle") {
     // The first URL refuses connections.
-    auto got = answerWhere({"tcp://127.0.0.1:1", third.node().url("tcp")});
+    auto got = peer.answers(2, {"tcp://127.0.0.1:1", peer.third.node().url("tcp")}, &wheres);
     REQUIRE(got[0].match_elements<bool>());
     CHECK(got[0].get_as<bool>(0));
     CHECK(got[1].match_elements<std::vector<std::string>>());
     // The keeper's handle is a proxy on the victim's own link to `third`.
-    CHECK(victim.node().peers().size() == 2);
+    CHECK(peer.victim.node().peers().size() == 2);
   }
-  pipe->close();
-  context->join();
+  REQUIRE(wheres.size() == 1);
+  CHECK(std::vector<char>(wheres[0].node.begin(), wheres[0].node.end()) ==
+        nodeIdBytes(peer.third.system().node()));
+}
+
+TEST_CASE("a hand-made peer that never answers WHERE: refused after lookupTimeout, then the rest") {
+  Introducer peer(1500ms);
+  auto began = std::chrono::steady_clock::now();
+  peer.send({peer.message(peer.namingThird(), 1), peer.message(peer.plain(), 2)});
+  std::vector<caf::message> got;
+  for (int i = 0; i < 100 && got.size() < 2; ++i) {
+    for (auto& heard : hear(*peer.pipe, 20s)) {  // WHEREs go unanswered
+      if (Introducer::answerTo(heard, got.size() + 1)) got.push_back(answerOf(peer.third.system(), heard));
+    }
+  }
+  auto waited = std::chrono::steady_clock::now() - began;
+  REQUIRE(got.size() == 2);
+  CHECK(peer.refusal(got[0]).find("within lookupTimeout") != std::string::npos);
+  CHECK(got[1].match_elements<std::vector<std::string>>());
+  CHECK(waited >= 1400ms);
+  CHECK(waited < 15s);
+}
+
+TEST_CASE("a hand-made peer whose messages name more nodes than one hold takes: each its own hold") {
+  // 20 messages, each naming another node none knows: each is asked for,
+  // refused in turn, in order (a cap per hold, not per burst).
+  Introducer peer(10s);
+  constexpr size_t kCount = 20;
+  std::vector<actorpipe::remote::detail::Frame> frames;
+  for (size_t i = 1; i <= kCount; ++i) {
+    caf::node_id::default_data::host_id_type host;
+    host.fill(static_cast<uint8_t>(0x10 + i));
+    frames.push_back(peer.message(keepNaming(caf::make_node_id(uint32_t(7000 + i), host)).of(3), i));
+  }
+  peer.send(frames);
+  std::vector<actorpipe::remote::detail::Frame> wheres;
+  auto got = peer.answers(kCount, {}, &wheres);
+  for (const auto& m : got) CHECK(peer.refusal(m).find("has no link to it either") != std::string::npos);
+  CHECK(wheres.size() == kCount);
+}
+
+TEST_CASE("a hand-made peer that leaves while a message of its waits: delivered, then the leave") {
+  // The keeper first keeps a handle of the peer's own actor 7 (a proxy it
+  // monitors); then a message naming `third` waits, and BYE comes behind
+  // it. The hold ends at once: the message is refused, and the proxy goes
+  // down as a node that left, long before lookupTimeout.
+  Introducer peer(60s);
+  auto began = std::chrono::steady_clock::now();
+  actorpipe::remote::detail::Frame bye;
+  bye.kind = actorpipe::remote::detail::Frame::Kind::kBye;
+  peer.send({peer.message(keepNaming(attackerNode()).of(7), 0), peer.message(peer.namingThird(), 0), bye});
+  caf::scoped_actor self{peer.victim.system()};
+  auto downs = downsSeen(self, peer.keeping, 1);
+  auto waited = std::chrono::steady_clock::now() - began;
+  REQUIRE(downs.size() == 1);
+  CHECK(downs[0].find("left") != std::string::npos);
+  CHECK(waited < 20s);
 }
 
 TEST_CASE("a node refuses an actor system without a node id") {
@@ -867,26 +973,9 @@ TEST_CASE("a peer that sends handles of more of its actors than the bound is cut
   options.maxPeerHandles = 1024;
   TestNode victim(options);
   REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
-  caf::actor_system_config cfg;
-  actorpipe::remote::configure(cfg);
-  caf::actor_system system{cfg};
-  // A message with one handle, made by this system, then made the
-  // attacker's: its node id bytes replaced by those its HELLO claims, and
-  // the actor id (the 8 bytes before them) counted up.
-  auto someone = system.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
-  EncodedMessage body;
-  REQUIRE(!encodeMessage(system, caf::make_message(keep_atom::value, someone), body));
-  caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
-  std::vector<char> ours = nodeIdBytes(system.node()), theirs = nodeIdBytes(attackerNode());
-  REQUIRE(ours.size() == theirs.size());
-  auto at = std::search(body.bytes.begin(), body.bytes.end(), ours.begin(), ours.end());
-  REQUIRE(at != body.bytes.end());
-  size_t nodeAt = static_cast<size_t>(at - body.bytes.begin());
-  REQUIRE(nodeAt >= 8);
-  uint64_t written = 0;
-  std::memcpy(&written, body.bytes.data() + nodeAt - 8, 8);
-  REQUIRE(be64toh(written) == someone.id());  // CAF writes it big-endian
-  std::copy(theirs.begin(), theirs.end(), body.bytes.begin() + nodeAt);
+  // A message with one handle of the attacker's (the node its HELLO
+  // claims), its actor id counted up.
+  KeepNaming naming = keepNaming(attackerNode());
 
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
@@ -901,13 +990,10 @@ TEST_CASE("a peer that sends handles of more of its actors than the bound is cut
       f.kind = Frame::Kind::kMessage;
       f.aid = target;
       std::vector<Frame> frames(n, f);
-      std::vector<std::vector<char>> payloads(n, body.bytes);
+      std::vector<std::vector<char>> payloads;
+      for (size_t i = 0; i < n; ++i) payloads.push_back(naming.of(nextAid++));
       actorpipe::Message m = frameMessage(frames);
-      for (auto& p : payloads) {
-        uint64_t aid = htobe64(nextAid++);
-        std::memcpy(p.data() + nodeAt - 8, &aid, 8);
-        m.payloads.push_back({p.data(), p.size(), ""});
-      }
+      for (auto& p : payloads) m.payloads.push_back({p.data(), p.size(), ""});
       failed = testing::writeSync(*pipe, std::move(m), 20s);
       count -= n;
     }

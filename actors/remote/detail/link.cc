@@ -2,6 +2,7 @@
 // there. Protocol in detail/frames.h, thread model in detail/node_core.h.
 #include <actorpipe/actors/remote/detail/node_core.h>
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,8 +60,9 @@ thread_local Link* tDecoding = nullptr;
 thread_local bool tFromPeer = false;
 
 struct InPipeCallback {
-  InPipeCallback() { tInPipeCallback = true; }
-  ~InPipeCallback() { tInPipeCallback = false; }
+  InPipeCallback() : was(tInPipeCallback) { tInPipeCallback = true; }
+  ~InPipeCallback() { tInPipeCallback = was; }
+  bool was;
 };
 
 // A peer's message in a local mailbox. Its end (the actor handled it, or
@@ -673,34 +675,54 @@ void Link::deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& inco
     Frame& frame = entries[i].frame;
     if (!held_.empty() && !passesHeld(frame.kind)) {
       // Behind a held message, in order. Its MESSAGEs are bounded by the
-      // window (read, not credited); the rest by this.
-      if (held_.size() >= options_.windowMessages + kMaxHeldFrames) {
-        failProtocol(ACTORPIPE_ERROR(ProtocolError,
-                                     "the peer sent more than " + std::to_string(held_.size()) +
-                                         " frames while one of its messages waited for a link"));
-        return;
-      }
+      // window (read, not credited); other frames by this, past which the
+      // hold is given up, as it is when the peer leaves: what is held is
+      // delivered (the message waiting refused), then the BYE.
       held_.push_back(Held{std::move(frame), std::move(incoming[i])});
+      if (held_.back().frame.kind == Frame::Kind::kBye) {
+        abandonHold("its sender left");
+      } else if (held_.size() > options_.windowMessages + kMaxHeldFrames) {
+        abandonHold("its sender sent more than " + std::to_string(held_.size()) +
+                    " frames meanwhile");
+      }
       continue;
     }
     if (!onFrame(frame, incoming[i])) held_.push_back(Held{std::move(frame), std::move(incoming[i])});
   }
 }
 
-bool Link::introduce(std::string& why) {
+bool Link::introduce(const Frame& frame, std::string& why) {
   auto node = node_.lock();
-  if (!node) return false;
+  if (!node || abandoning_) {
+    why = abandoning_ ? abandonWhy_ : "this node is leaving";
+    return false;
+  }
+  // Only a message someone here would get is worth a link: an answer that
+  // is awaited, or a message for an actor that peers may address.
+  caf::message_id mid(frame.messageId);
+  if (mid.is_response()) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (pending_.count({frame.aid, mid.request_id().integer_value()}) == 0) return false;
+  } else if (!node->exported(frame.aid)) {
+    return false;
+  }
   bool waiting = false;
+  auto note = [&why](const std::string& reason) { why += (why.empty() ? "" : "; ") + reason; };
   for (const auto& nid : unknownNodes_) {
+    auto failed = failedNodes_.find(nid);
+    if (failed != failedNodes_.end()) {
+      note(failed->second);
+      continue;
+    }
     Introduction* known = nullptr;
     for (auto& entry : introductions_) {
       if (entry.second.node == nid) known = &entry.second;
     }
     if (known != nullptr) {
       if (known->state == Introduction::kFailed) {
-        why += (why.empty() ? "" : "; ") + known->why;
+        note(known->why);
       } else if (known->state == Introduction::kDone) {
-        why += (why.empty() ? "" : "; ") + std::string("its link ended at once");
+        note("its link ended as soon as it was made");
       } else {
         waiting = true;
       }
@@ -716,7 +738,7 @@ bool Link::introduce(std::string& why) {
       continue;
     }
     if (introductions_.size() >= kMaxIntroductions) {
-      why += (why.empty() ? "" : "; ") + std::string("too many nodes to link to at once");
+      note("more than " + std::to_string(kMaxIntroductions) + " nodes to link to for one message");
       continue;
     }
     uint64_t request = nextWhere_++;
@@ -729,16 +751,56 @@ bool Link::introduce(std::string& why) {
     write(where);
     waiting = true;
   }
-  if (waiting && holdDeadline_.load() == 0) {
-    holdDeadline_ = ticks(Clock::now() + options_.lookupTimeout);
+  if (waiting && deadline_ == 0) {
+    // Each hold its own deadline, never one an earlier hold had: a stale
+    // expiry the ticker posted cannot end this one.
+    deadline_ = std::max(ticks(Clock::now() + options_.lookupTimeout), lastDeadline_ + 1);
+    lastDeadline_ = deadline_;
+    holdDeadline_ = deadline_;
   }
   return waiting;
 }
+
+namespace {
+
+// Where a node says it listens, as a peer named it: a URL this node may
+// connect to without a name lookup (one on the loop would stall every link).
+bool numericUrl(const std::string& url) {
+  if (url.rfind("shm://", 0) == 0) return true;
+  if (url.rfind("tcp://", 0) != 0) return false;
+  std::string rest = url.substr(6);
+  std::string host;
+  if (!rest.empty() && rest[0] == '[') {
+    auto close = rest.find(']');
+    if (close == std::string::npos) return false;
+    host = rest.substr(1, close - 1);
+    in6_addr v6;
+    return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+  }
+  host = rest.substr(0, rest.find(':'));
+  in_addr v4;
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1;
+}
+
+} // namespace
 
 void Link::onAt(const Frame& frame) {
   auto it = introductions_.find(frame.request);
   if (it == introductions_.end() || it->second.state != Introduction::kAsking) return;
   Introduction& in = it->second;
+  auto node = node_.lock();
+  if (node && node->linkToNode(in.node)) {  // another introduction linked it meanwhile
+    in.state = Introduction::kDone;
+    resumeHeld();
+    return;
+  }
+  for (const auto& url : frame.urls) {
+    if (numericUrl(url)) {
+      in.urls.push_back(url);
+    } else {
+      in.why += (in.why.empty() ? "" : ", ") + url + ": not a numeric address";
+    }
+  }
   if (frame.urls.empty()) {
     in.state = Introduction::kFailed;
     in.why = "node " + peerIdentity() + " has no link to it either";
@@ -746,7 +808,6 @@ void Link::onAt(const Frame& frame) {
     return;
   }
   in.state = Introduction::kConnecting;
-  in.urls = frame.urls;
   tryNextUrl(frame.request);
 }
 
@@ -778,7 +839,9 @@ void Link::tryNextUrl(uint64_t request) {
   in.state = Introduction::kFailed;
   std::string urls;
   for (const auto& url : in.urls) urls += (urls.empty() ? "" : " ") + url;
-  in.why = "could not link to it at " + urls + (in.why.empty() ? "" : " (" + in.why + ")");
+  in.why = (urls.empty() ? std::string("no address to link to it at")
+                         : "could not link to it at " + urls) +
+           (in.why.empty() ? "" : " (" + in.why + ")");
   in.trying.reset();
   resumeHeld();
 }
@@ -805,18 +868,30 @@ void Link::introducedLinkReady(uint64_t request) {
   tryNextUrl(request);
 }
 
-void Link::expireIntroductions() {
-  bool any = false;
+void Link::expireIntroductions(int64_t deadline) {
+  if (deadline != deadline_) return;  // a hold that has ended since
+  failIntroductions("no link to it within lookupTimeout (" +
+                    std::to_string(options_.lookupTimeout.count()) + " ms)");
+  resumeHeld();
+}
+
+void Link::failIntroductions(const std::string& why) {
   for (auto& entry : introductions_) {
     Introduction& in = entry.second;
     if (in.state != Introduction::kAsking && in.state != Introduction::kConnecting) continue;
     in.state = Introduction::kFailed;
     in.trying.reset();
-    in.why = "no link to it within lookupTimeout (" +
-             std::to_string(options_.lookupTimeout.count()) + " ms)";
-    any = true;
+    in.why = why;
   }
-  if (any) resumeHeld();
+}
+
+void Link::abandonHold(const std::string& why) {
+  if (abandoning_) return;  // draining already
+  abandoning_ = true;
+  abandonWhy_ = why;
+  failIntroductions(why);
+  resumeHeld();
+  abandoning_ = false;
 }
 
 void Link::resumeHeld() {
@@ -824,15 +899,30 @@ void Link::resumeHeld() {
     auto state = entry.second.state;
     if (state == Introduction::kAsking || state == Introduction::kConnecting) return;
   }
+  // A hosted actor run below may send: as in a pipe callback, its send
+  // must not wait for the window on this loop (only the loop reads CREDIT).
+  InPipeCallback inCallback;
   LoopUnit::Batch hosted(unit_);
   while (!held_.empty() && !dead()) {
     Held& next = held_.front();
+    bool message = next.frame.kind == Frame::Kind::kMessage || next.frame.kind == Frame::Kind::kInline;
     if (!onFrame(next.frame, next.in)) return;  // it waits for another node now
     held_.pop_front();
+    if (message) {
+      // The next message that waits starts a hold of its own (a deadline,
+      // up to kMaxIntroductions nodes); nodes that failed are not asked for
+      // again until nothing is held.
+      for (auto& entry : introductions_) {
+        if (entry.second.state == Introduction::kFailed && failedNodes_.size() < kMaxFailedNodes) {
+          failedNodes_.emplace(entry.second.node, entry.second.why);
+        }
+      }
+      introductions_.clear();
+      deadline_ = 0;
+      holdDeadline_ = 0;
+    }
   }
-  // Each node is tried once per hold: the next hold asks again.
-  introductions_.clear();
-  holdDeadline_ = 0;
+  if (held_.empty()) failedNodes_.clear();
 }
 
 void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
@@ -845,6 +935,9 @@ void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
 }
 
 void Link::failRead(const Error& error) {
+  // What was read before is delivered first (a message still waiting for
+  // a link refused), as it would have been without the hold.
+  if (!held_.empty()) abandonHold("its sender's link ended");
   bool left = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -960,14 +1053,19 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
       caf::error refused;
       if (unreachable > 0) {
         std::string why;
-        if (mayHold && introduce(why)) return false;  // held until linked to those nodes
+        if (mayHold && introduce(frame, why)) return false;  // held until linked to those nodes
+        if (!mayHold) {
+          why = "automatic connections are off";
+        } else if (why.empty() && unknownNodes_.empty()) {
+          why = "the link to its node ended meanwhile";
+        }
         // Its handles would arrive as no actor: the message is refused, as
         // one to an actor that is gone (a request is answered with this).
         refused = makeError(RemoteError::kUnsendable,
                             "the message holds " + std::to_string(unreachable) +
-                                " handle(s) of actors on nodes this node has no link to (" +
-                                (why.empty() ? std::string("automatic connections are off") : why) +
-                                "; nodes do not relay)");
+                                " handle(s) of actors on nodes this node has no link to" +
+                                (why.empty() ? std::string() : " (" + why + ")") +
+                                "; nodes do not relay");
         ACTORPIPE_LOG(kWarn, "node link " << url_ << ": " << system_.render(refused));
       }
       onMessage(frame, std::move(content), in.bytes, std::move(refused));
@@ -1336,7 +1434,7 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   int64_t deadline = holdDeadline_.load();
   if (deadline != 0 && ticks(now) >= deadline && holdDeadline_.compare_exchange_strong(deadline, 0)) {
     if (auto node = node_.lock()) {
-      node->post([self = shared_from_this()] { self->expireIntroductions(); });
+      node->post([self = shared_from_this(), deadline] { self->expireIntroductions(deadline); });
     }
   }
   auto sinceRead = since(lastRead_.load());

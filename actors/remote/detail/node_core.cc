@@ -78,6 +78,10 @@ std::vector<std::string> NodeCore::urls() const {
   std::vector<std::string> out;
   for (const auto& url : options_.listen) {
     std::string at = this->url(url.substr(0, url.find("://")));
+    // A wildcard address is where this node listens, not where others
+    // reach it: not said (a node that should be introduced listens on the
+    // address its peers reach it at, as a World's nodes do).
+    if (at.rfind("tcp://0.0.0.0:", 0) == 0 || at.rfind("tcp://[::]:", 0) == 0) continue;
     if (!at.empty() && isPlainName(at, kMaxUrlLength) && out.size() < kMaxUrls &&
         std::find(out.begin(), out.end(), at) == out.end()) {
       out.push_back(std::move(at));

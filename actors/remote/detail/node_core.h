@@ -238,11 +238,18 @@ class Link : public std::enable_shared_from_this<Link> {
   // there (AT), then decode it again. Meanwhile it and the peer's frames
   // after it are held in order (held_), at most until lookupTimeout. True
   // if it waits; `why` gathers why nodes could not be linked.
-  bool introduce(std::string& why);
+  // `frame` is the message; false at once for one nobody here would get.
+  bool introduce(const Frame& frame, std::string& why);
   void onAt(const Frame& frame);
   void tryNextUrl(uint64_t request);
   void introducedLinkReady(uint64_t request);
-  void expireIntroductions();
+  // The ticker saw the hold whose deadline is `deadline` run out.
+  void expireIntroductions(int64_t deadline);
+  void failIntroductions(const std::string& why);
+  // Delivers everything held now, in order, the message waiting refused
+  // with `why` and no new introduction started (the peer left, or sent too
+  // much meanwhile).
+  void abandonHold(const std::string& why);
   // Delivers the held frames once no introduction is under way.
   void resumeHeld();
   void failProtocol(const Error& error);
@@ -332,8 +339,9 @@ class Link : public std::enable_shared_from_this<Link> {
   std::vector<std::pair<std::shared_ptr<Link>, caf::actor_id>> newHandles_;  // to WATCH
   std::vector<std::pair<caf::node_id, caf::actor_id>> refusedHandles_;
   // Introductions, loop only (introduce()).
-  static constexpr size_t kMaxIntroductions = 16;  // nodes asked for during one hold
+  static constexpr size_t kMaxIntroductions = 16;  // nodes asked for for one message
   static constexpr size_t kMaxHeldFrames = 4096;   // besides the window's messages
+  static constexpr size_t kMaxFailedNodes = 1024;
   std::vector<caf::node_id> unknownNodes_;  // named by the message being decoded
   struct Held {
     Frame frame;
@@ -349,9 +357,18 @@ class Link : public std::enable_shared_from_this<Link> {
     std::shared_ptr<Link> trying;
     std::string why;
   };
-  std::map<uint64_t, Introduction> introductions_;  // by WHERE's request
+  // The held message's, by WHERE's request.
+  std::map<uint64_t, Introduction> introductions_;
   uint64_t nextWhere_{1};
-  // When the hold gives up on its introductions (0: none); the ticker checks.
+  // Nodes that could not be linked while frames stay held: not asked for
+  // again until nothing is held (why, for the refusal).
+  std::map<caf::node_id, std::string> failedNodes_;
+  bool abandoning_{false};
+  std::string abandonWhy_;
+  // The hold's deadline (0: none) and the last one given; the ticker reads
+  // holdDeadline_, and posts its expiry with the value it saw.
+  int64_t deadline_{0};
+  int64_t lastDeadline_{0};
   std::atomic<int64_t> holdDeadline_{0};
 
   std::deque<Queued> queue_;
