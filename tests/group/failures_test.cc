@@ -156,7 +156,7 @@ TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the ra
   // As root (CI) mpirun needs --allow-run-as-root, and three ranks on two
   // CPUs --oversubscribe. The ranks never call MPI_Init: mpirun starts them
   // and sets OMPI_COMM_WORLD_* and PMIX_NAMESPACE, which is what they read.
-  Run r = runShell("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3 -x "
+  Run r = runShell("timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe -np 3 -x "
                    "ACTORPIPE_RENDEZVOUS_DIR=" + std::string(dir) + " " + kCheck + " sum links");
   INFO(r.output);
   CHECK(r.status == 0);
@@ -167,14 +167,15 @@ TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the ra
 
 TEST_CASE("a real srun (a private one-node Slurm cluster) starts the ranks") {
   testing::SlurmCluster slurm;
-  if (!slurm.unavailable().empty()) {
-    MESSAGE("skipped: " << slurm.unavailable());
+  if (!slurm.skipped().empty()) {
+    MESSAGE("skipped: " << slurm.skipped());
     return;
   }
+  REQUIRE_MESSAGE(slurm.failure().empty(), slurm.failure());
   char dir[] = "/tmp/group-srun-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   // Three tasks on however many CPUs: --overcommit.
-  Run r = runShell("timeout 120 " + slurm.srun() + " -n 3 --overcommit --export=ALL,"
+  Run r = runShell("timeout -k 5 60 " + slurm.srun() + " -n 3 --overcommit --export=ALL,"
                    "ACTORPIPE_RENDEZVOUS_DIR=" + std::string(dir) + " " + kCheck + " sum links");
   INFO(r.output);
   INFO(slurm.logs());

@@ -666,20 +666,24 @@ caf::message answerOf(caf::actor_system& system, const Heard& heard) {
 
 namespace {
 
-// The CAF bytes of (keep_atom, handle) with the handle naming node `nid`
-// (made by a scratch system's actor, its node id then written over); the
-// actor id is the 8 bytes at `aidAt` (big-endian, as CAF writes it).
+// The CAF bytes of (keep_atom, handle), the handle naming any node and
+// actor: made once by a scratch system's actor, whose node id (at nodeAt)
+// and actor id (the 8 bytes before it, big-endian as CAF writes it) are
+// then written over.
 struct KeepNaming {
   std::vector<char> bytes;
-  size_t aidAt{0};
-  std::vector<char> of(uint64_t aid) const {
+  size_t nodeAt{0};
+  std::vector<char> of(const caf::node_id& nid, uint64_t aid) const {
     std::vector<char> out = bytes;
+    std::vector<char> node = nodeIdBytes(nid);
+    REQUIRE(nodeAt + node.size() <= out.size());
+    std::copy(node.begin(), node.end(), out.begin() + nodeAt);
     uint64_t id = htobe64(aid);
-    std::memcpy(out.data() + aidAt, &id, 8);
+    std::memcpy(out.data() + nodeAt - 8, &id, 8);
     return out;
   }
 };
-KeepNaming keepNaming(const caf::node_id& nid) {
+KeepNaming keepNaming() {
   using namespace actorpipe::remote::detail;
   caf::actor_system_config cfg;
   actorpipe::remote::configure(cfg);
@@ -688,8 +692,8 @@ KeepNaming keepNaming(const caf::node_id& nid) {
   EncodedMessage body;
   REQUIRE(!encodeMessage(system, caf::make_message(keep_atom::value, someone), body));
   caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
-  std::vector<char> ours = nodeIdBytes(system.node()), theirs = nodeIdBytes(nid);
-  REQUIRE(ours.size() == theirs.size());
+  std::vector<char> ours = nodeIdBytes(system.node());
+  REQUIRE(ours.size() == nodeIdBytes(attackerNode()).size());  // every node id: one size
   auto at = std::search(body.bytes.begin(), body.bytes.end(), ours.begin(), ours.end());
   REQUIRE(at != body.bytes.end());
   size_t nodeAt = static_cast<size_t>(at - body.bytes.begin());
@@ -697,8 +701,7 @@ KeepNaming keepNaming(const caf::node_id& nid) {
   uint64_t written = 0;
   std::memcpy(&written, body.bytes.data() + nodeAt - 8, 8);
   REQUIRE(be64toh(written) == someone.id());
-  std::copy(theirs.begin(), theirs.end(), body.bytes.begin() + nodeAt);
-  return KeepNaming{std::move(body.bytes), nodeAt - 8};
+  return KeepNaming{std::move(body.bytes), nodeAt};
 }
 
 // A hand-made peer of a victim node that publishes a keeper: its requests
@@ -859,10 +862,11 @@ TEST_CASE("a hand-made peer whose messages name more nodes than one hold takes: 
   Introducer peer(10s);
   constexpr size_t kCount = 20;
   std::vector<actorpipe::remote::detail::Frame> frames;
+  KeepNaming naming = keepNaming();
   for (size_t i = 1; i <= kCount; ++i) {
     caf::node_id::default_data::host_id_type host;
     host.fill(static_cast<uint8_t>(0x10 + i));
-    frames.push_back(peer.message(keepNaming(caf::make_node_id(uint32_t(7000 + i), host)).of(3), i));
+    frames.push_back(peer.message(naming.of(caf::make_node_id(uint32_t(7000 + i), host), 3), i));
   }
   peer.send(frames);
   std::vector<actorpipe::remote::detail::Frame> wheres;
@@ -880,7 +884,7 @@ TEST_CASE("a hand-made peer that leaves while a message of its waits: delivered,
   auto began = std::chrono::steady_clock::now();
   actorpipe::remote::detail::Frame bye;
   bye.kind = actorpipe::remote::detail::Frame::Kind::kBye;
-  peer.send({peer.message(keepNaming(attackerNode()).of(7), 0), peer.message(peer.namingThird(), 0), bye});
+  peer.send({peer.message(keepNaming().of(attackerNode(), 7), 0), peer.message(peer.namingThird(), 0), bye});
   caf::scoped_actor self{peer.victim.system()};
   auto downs = downsSeen(self, peer.keeping, 1);
   auto waited = std::chrono::steady_clock::now() - began;
@@ -975,7 +979,7 @@ TEST_CASE("a peer that sends handles of more of its actors than the bound is cut
   REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
   // A message with one handle of the attacker's (the node its HELLO
   // claims), its actor id counted up.
-  KeepNaming naming = keepNaming(attackerNode());
+  KeepNaming naming = keepNaming();
 
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
@@ -991,7 +995,7 @@ TEST_CASE("a peer that sends handles of more of its actors than the bound is cut
       f.aid = target;
       std::vector<Frame> frames(n, f);
       std::vector<std::vector<char>> payloads;
-      for (size_t i = 0; i < n; ++i) payloads.push_back(naming.of(nextAid++));
+      for (size_t i = 0; i < n; ++i) payloads.push_back(naming.of(attackerNode(), nextAid++));
       actorpipe::Message m = frameMessage(frames);
       for (auto& p : payloads) m.payloads.push_back({p.data(), p.size(), ""});
       failed = testing::writeSync(*pipe, std::move(m), 20s);

@@ -210,7 +210,7 @@ void launchedJob(const std::string& launch, const std::string& dir) {
   ssize_t length = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   REQUIRE(length > 0);
   self[length] = 0;
-  auto run = testing::runShell("timeout 120 " + launch + " " + self +
+  auto run = testing::runShell("timeout -k 5 60 " + launch + " " + self +
                                " --no-skip --no-version --no-intro "
                                "-tc='a rank of the job a real launcher started'");
   INFO(run.output);
@@ -242,10 +242,11 @@ TEST_CASE("a real mpirun (OpenMPI's, scripts/setup.sh installs it) starts the jo
 
 TEST_CASE("a real srun (a private one-node Slurm cluster) starts the job") {
   testing::SlurmCluster slurm;
-  if (!slurm.unavailable().empty()) {
-    MESSAGE("skipped: " << slurm.unavailable());
+  if (!slurm.skipped().empty()) {
+    MESSAGE("skipped: " << slurm.skipped());
     return;
   }
+  REQUIRE_MESSAGE(slurm.failure().empty(), slurm.failure());
   std::string dir = freshDirectory();
   INFO(slurm.logs());
   launchedJob(slurm.srun() + " -n " + std::to_string(kRanks) +

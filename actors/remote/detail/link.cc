@@ -691,20 +691,22 @@ void Link::deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& inco
   }
 }
 
-bool Link::introduce(const Frame& frame, std::string& why) {
+Link::Introduced Link::introduce(const Frame& frame, std::string& why) {
   auto node = node_.lock();
   if (!node || abandoning_) {
     why = abandoning_ ? abandonWhy_ : "this node is leaving";
-    return false;
+    return Introduced::kNo;
   }
   // Only a message someone here would get is worth a link: an answer that
   // is awaited, or a message for an actor that peers may address.
   caf::message_id mid(frame.messageId);
   if (mid.is_response()) {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (pending_.count({frame.aid, mid.request_id().integer_value()}) == 0) return false;
+    if (pending_.count({frame.aid, mid.request_id().integer_value()}) == 0) {
+      return Introduced::kNobodyWaits;
+    }
   } else if (!node->exported(frame.aid)) {
-    return false;
+    return Introduced::kNobodyWaits;
   }
   bool waiting = false;
   auto note = [&why](const std::string& reason) { why += (why.empty() ? "" : "; ") + reason; };
@@ -758,7 +760,7 @@ bool Link::introduce(const Frame& frame, std::string& why) {
     lastDeadline_ = deadline_;
     holdDeadline_ = deadline_;
   }
-  return waiting;
+  return waiting ? Introduced::kWaiting : Introduced::kNo;
 }
 
 namespace {
@@ -870,6 +872,9 @@ void Link::introducedLinkReady(uint64_t request) {
 
 void Link::expireIntroductions(int64_t deadline) {
   if (deadline != deadline_) return;  // a hold that has ended since
+  // Should the message wait again (a node it names lost its link since),
+  // it gets a deadline of its own.
+  deadline_ = 0;
   failIntroductions("no link to it within lookupTimeout (" +
                     std::to_string(options_.lookupTimeout.count()) + " ms)");
   resumeHeld();
@@ -1053,7 +1058,14 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
       caf::error refused;
       if (unreachable > 0) {
         std::string why;
-        if (mayHold && introduce(frame, why)) return false;  // held until linked to those nodes
+        Introduced introduced = mayHold ? introduce(frame, why) : Introduced::kNo;
+        if (introduced == Introduced::kWaiting) return false;  // held until linked to those nodes
+        if (introduced == Introduced::kNobodyWaits) {
+          // onMessage drops an answer nobody awaits and answers a message
+          // for an actor that is not here as it always does.
+          onMessage(frame, std::move(content), in.bytes);
+          return true;
+        }
         if (!mayHold) {
           why = "automatic connections are off";
         } else if (why.empty() && unknownNodes_.empty()) {

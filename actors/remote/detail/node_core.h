@@ -238,8 +238,10 @@ class Link : public std::enable_shared_from_this<Link> {
   // there (AT), then decode it again. Meanwhile it and the peer's frames
   // after it are held in order (held_), at most until lookupTimeout. True
   // if it waits; `why` gathers why nodes could not be linked.
-  // `frame` is the message; false at once for one nobody here would get.
-  bool introduce(const Frame& frame, std::string& why);
+  // `frame` is the message; kNobodyWaits at once for one nobody here would
+  // get (an answer not awaited, a message for an actor that is not here).
+  enum class Introduced { kWaiting, kNo, kNobodyWaits };
+  Introduced introduce(const Frame& frame, std::string& why);
   void onAt(const Frame& frame);
   void tryNextUrl(uint64_t request);
   void introducedLinkReady(uint64_t request);
