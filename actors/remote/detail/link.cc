@@ -1056,10 +1056,12 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
         return true;
       }
       caf::error refused;
+      if (unreachable == 0) in.tensors.clear();  // the copies kept for a second decode
       if (unreachable > 0) {
         std::string why;
         Introduced introduced = mayHold ? introduce(frame, why) : Introduced::kNo;
         if (introduced == Introduced::kWaiting) return false;  // held until linked to those nodes
+        in.tensors.clear();
         if (introduced == Introduced::kNobodyWaits) {
           // onMessage drops an answer nobody awaits and answers a message
           // for an actor that is not here as it always does.
