@@ -708,7 +708,8 @@ KeepNaming keepNaming() {
 // (from its actor 5) make the keeper keep handles of nodes the victim has no
 // link to, and it answers the victim's WHEREs itself.
 struct Introducer {
-  explicit Introducer(std::chrono::milliseconds lookupTimeout) : victim(options(lookupTimeout)) {
+  explicit Introducer(std::chrono::milliseconds lookupTimeout, size_t windowMessages = 4096)
+      : victim(options(lookupTimeout, windowMessages)) {
     keeping = victim.own(victim.system().spawn(keeper));
     REQUIRE(!victim.node().publish(keeping, "keeper"));
     added = third.own(third.system().spawn(adder));
@@ -720,9 +721,10 @@ struct Introducer {
     pipe->close();
     context->join();
   }
-  static NodeOptions options(std::chrono::milliseconds lookupTimeout) {
+  static NodeOptions options(std::chrono::milliseconds lookupTimeout, size_t windowMessages) {
     NodeOptions o = TestNode::quick();
     o.lookupTimeout = lookupTimeout;
+    o.windowMessages = windowMessages;
     o.heartbeatTimeout = 60s;  // the hand-made peer says no BEATs
     return o;
   }
@@ -873,6 +875,28 @@ TEST_CASE("a hand-made peer whose messages name more nodes than one hold takes: 
   auto got = peer.answers(kCount, {}, &wheres);
   for (const auto& m : got) CHECK(peer.refusal(m).find("has no link to it either") != std::string::npos);
   CHECK(wheres.size() == kCount);
+}
+
+TEST_CASE("a hand-made peer that sends more frames than a hold keeps: the hold is given up") {
+  // A window of 16 messages: past 16 + 4,096 held frames (DOWNs of actors
+  // the victim does not hold) the hold ends, the waiting message is
+  // refused, the rest delivered, and the link lives on.
+  Introducer peer(60s, 16);
+  using actorpipe::remote::detail::Frame;
+  Frame down;
+  down.kind = Frame::Kind::kDown;
+  down.aid = 999999;
+  std::vector<Frame> first{peer.message(peer.namingThird(), 1)};
+  first.resize(actorpipe::remote::detail::kMaxBatchFrames, down);
+  peer.send(first);
+  for (int batch = 0; batch < 4; ++batch) {
+    peer.send(std::vector<Frame>(actorpipe::remote::detail::kMaxBatchFrames, down));
+  }
+  peer.send({peer.message(peer.plain(), 2)});
+  auto got = peer.answers(2);
+  CHECK(peer.refusal(got[0]).find("frames meanwhile") != std::string::npos);
+  CHECK(got[1].match_elements<std::vector<std::string>>());
+  CHECK(peer.victim.node().peers().size() == 1);
 }
 
 TEST_CASE("a hand-made peer that leaves while a message of its waits: delivered, then the leave") {
