@@ -257,24 +257,6 @@ Error decode(const std::string& bytes, RendezvousFrame& out) {
   return error;
 }
 
-std::string encode(const MailboxHeader& header) {
-  wire::Writer w;
-  w.u64(header.id);
-  w.str(header.tag.substr(0, kMaxTagBytes));
-  return w.take();
-}
-
-Error decode(const std::string& bytes, MailboxHeader& out) {
-  wire::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  MailboxHeader h;
-  h.id = r.u64();
-  h.tag = r.str("tag");
-  if (!r.failed() && h.tag.size() > kMaxTagBytes) r.fail("a tag longer than " + std::to_string(kMaxTagBytes));
-  Error error = r.finish("mailbox header");
-  if (!error) out = std::move(h);
-  return error;
-}
-
 LinkFrame abortFrame(uint64_t collective, const Error& error) {
   if (auto failed = error.castToType<RankFailedError>()) {
     return LinkFrame::abort(collective, LinkFrame::Cause::kRankFailed, failed->rank(), failed->reason());

@@ -98,17 +98,4 @@ constexpr int32_t kMaxWorldSize = 1 << 20;
 std::string encode(const RendezvousFrame& frame);
 Error decode(const std::string& bytes, RendezvousFrame& out);
 
-// The header of a client/server message (client_server.h, mailbox.h): its
-// id and tag; its tensors are pipe tensors (actors/pipe_tensor.h), its bytes
-// one payload.
-struct MailboxHeader {
-  uint64_t id{0};
-  std::string tag;  // at most kMaxTagBytes
-};
-
-constexpr size_t kMaxTagBytes = 4096;
-
-std::string encode(const MailboxHeader& header);
-Error decode(const std::string& bytes, MailboxHeader& out);
-
 }  // namespace actorpipe::group

@@ -11,10 +11,10 @@
 //   codec                      a one-int64 message encoded and decoded in
 //                              the compact form and in CAF's own (one
 //                              thread, no pipe)
-//   client/server round trip   remote::Client/Server (nodes, tcp and shm)
-//                              vs group::Client/Server (bare pipes, tcp):
-//                              send and receive from plain threads, the
-//                              server's thread echoing
+//   client/server round trip   remote::Client/Server (tcp and shm), send
+//                              and receive from plain threads, the
+//                              server's thread echoing, vs the remote
+//                              actor's request/reply on the same transport
 //
 // Each round trip is started by the previous reply's handler in an actor
 // (no blocking caller in between), as the pipe's ping-pong starts each one
@@ -38,7 +38,6 @@
 #include <caf/io/all.hpp>
 
 #include <actorpipe/actors/backends.h>
-#include <actorpipe/actors/group/client_server.h>
 #include <actorpipe/actors/remote/client_server.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 #include <actorpipe/actors/remote/channel.h>
@@ -157,7 +156,7 @@ Child serveNode(bool shm) {
     remote::exportChannel(node, source, "source");
     std::thread drain([sink] { while (sink.read()) {} });
     std::thread fill([source] { while (source.write(int64_t(8)) == dataflow::Status::kOpen) {} });
-    // Client/server echoes, on nodes and on bare pipes.
+    // Client/server echoes.
     auto server = remote::Server::create(node, "echo");
     if (!server) std::abort();
     std::thread echoNode([&server] {
@@ -165,13 +164,7 @@ Child serveNode(bool shm) {
       caf::message m;
       while (!(*server)->receiveAny(from, m)) (*server)->send(from, std::move(m));
     });
-    std::unique_ptr<group::Server> pipes;
-    if (group::Server::create("127.0.0.1", 0, pipes)) std::abort();
-    std::thread echoPipes([&pipes] {
-      group::Received m;
-      while (!pipes->receiveAny(m)) pipes->send(m.from, group::Outgoing().withData(m.data));
-    });
-    say(fd, node.url(shm ? "shm" : "tcp") + " " + std::to_string(pipes->port()));
+    say(fd, node.url(shm ? "shm" : "tcp"));
     ::pause();
   });
 }
@@ -375,8 +368,7 @@ int main(int argc, char** argv) {
     for (bool shm : {false, true}) {
       std::string name = shm ? "shm" : "tcp";
       Child server = serveNode(shm);
-      std::string url = server.line.substr(0, server.line.find(' '));
-      int groupPort = std::atoi(server.line.substr(server.line.find(' ') + 1).c_str());
+      std::string url = server.line;
       caf::actor_system_config cfg;
       remote::configure(cfg);
       configure(cfg);
@@ -409,17 +401,6 @@ int main(int argc, char** argv) {
               (*client)->receive(m);
             });
           }, "us");
-          if (!shm) {
-            std::unique_ptr<group::Client> pipes;
-            if (group::Client::connect("127.0.0.1", groupPort, std::chrono::seconds(10), pipes)) return 1;
-            add("client/server round trip, 8 B, bare pipes, tcp", [&] {
-              group::Received m;
-              return perCall(o.iterations, [&] {
-                pipes->send(group::Outgoing().withData(std::string(8, 'x')));
-                pipes->receive(m);
-              });
-            }, "us");
-          }
           if (name == "shm") {
             add("remote actor request/reply, 32 B tensor, shm", [&] {
               return median(pingPong<Tensor>(system, *target,
@@ -513,9 +494,9 @@ int main(int argc, char** argv) {
   std::printf("  remote 64 MiB echo / pipe 64 MiB echo:            %.2f\n",
               med("remote actor 64 MiB tensor echo, shm") /
                   med("pipe 64 MiB tensor echo, shm + cma"));
-  std::printf("  client/server on nodes tcp / on bare pipes tcp:  %.2f\n",
+  std::printf("  client/server tcp / remote request/reply tcp:    %.2f\n",
               med("client/server round trip, int64, nodes, tcp") /
-                  med("client/server round trip, 8 B, bare pipes, tcp"));
+                  med("remote actor request/reply, 8 B, tcp"));
   std::printf("  remote channel write shm / request/reply shm:     %.2f\n",
               med("remote channel write, int64, shm") / med("remote actor request/reply, 8 B, shm"));
   return 0;

@@ -23,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include <actorpipe/actors/group/client_server.h>
 #include <actorpipe/actors/group/slurm_tree.h>
 #include <actorpipe/actors/group/tree.h>
 
@@ -323,139 +322,6 @@ void checkSlurm(Tree& tree, const SlurmPlacement& placement, int tasksPerGpu) {
   std::printf("\n");
 }
 
-// Rank 0 runs a Server, every other rank a Client (the Tree only tells them
-// the port): ping-pong with tensors in place, broadcast by tag,
-// receive-from-any fairness, statistics, and a client that goes away.
-void checkClientServer(Tree& tree) {
-  using namespace std::chrono_literals;
-  const int n = tree.size();
-  const int r = tree.rank();
-  expect(n >= 3, "clientserver needs at least 3 ranks");
-  std::vector<int32_t> port(1, 0);
-  std::unique_ptr<Server> server;
-  std::unique_ptr<Client> client;
-  if (r == 0) {
-    ok(Server::create("127.0.0.1", 0, server), "Server::create");
-    port[0] = server->port();
-  }
-  ok(tree.broadcast({tensorOf(port)}), "broadcast of the port");
-  if (r != 0) ok(Client::connect("localhost", port[0], 10s, client), "Client::connect");
-  if (r == 0) ok(server->waitForClients(n - 1, 20s), "waitForClients");
-
-  // Which client id is which rank.
-  std::vector<int> rankOf(n, -1);
-  if (r != 0) ok(client->send(Outgoing().withTag("hello").withData(std::to_string(r))), "hello");
-  if (r == 0) {
-    for (int id : server->clients()) {
-      Received hello;
-      ok(server->receive(id, hello, "hello", {}, 10s), "receive hello");
-      rankOf[id] = std::atoi(hello.data.c_str());
-      expect(hello.from == id, "hello.from");
-    }
-  }
-
-  // Ping-pong: the server doubles each client's tensor.
-  const int rounds = 50;
-  std::vector<float> buffer(1000);
-  for (int round = 0; round < rounds; ++round) {
-    if (r != 0) {
-      std::fill(buffer.begin(), buffer.end(), float(r + round));
-      ok(client->send(Outgoing().withTag("ping").withTensor(tensorOf(buffer))), "ping");
-      Received pong;
-      ok(client->receive(pong, "pong", {tensorOf(buffer)}, 10s), "pong");
-      expect(pong.tensors.size() == 1 && pong.tensors[0].data == buffer.data(), "pong not in place");
-      expectAll(buffer, float(2 * (r + round)), "pong value");
-      expect(pong.from == -1, "pong.from");
-    } else {
-      for (int id : server->clients()) {
-        Received ping;
-        ok(server->receive(id, ping, "ping", {}, 10s), "receive ping");
-        expect(ping.tensors.size() == 1 && ping.tensors[0].dtype == DType::kFloat32 &&
-                   ping.tensors[0].count == 1000,
-               "ping's tensor");
-        auto* values = static_cast<float*>(ping.tensors[0].data);
-        expect(values[999] == float(rankOf[id] + round), "ping value");
-        for (size_t i = 0; i < 1000; ++i) values[i] *= 2;
-        ok(server->send(id, Outgoing().withTag("pong").withTensor(ping.tensors[0])), "send pong");
-      }
-    }
-  }
-
-  // Broadcast by tag: clients ask for "weights" first, so "config" waits.
-  std::vector<double> weights(100, 0.0);
-  if (r == 0) {
-    for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5 * double(i);
-    ok(server->broadcast(Outgoing().withTag("config").withData("x=1")), "broadcast config");
-    ok(server->broadcast(Outgoing().withTag("weights").withTensor(tensorOf(weights))), "broadcast weights");
-  } else {
-    Received got;
-    ok(client->receive(got, "weights", {tensorOf(weights)}, 10s), "receive weights");
-    for (size_t i = 0; i < weights.size(); ++i) expect(weights[i] == 0.5 * double(i), "weights");
-    Received config;
-    ok(client->receive(config, "config", {}, 10s), "receive config");
-    expect(config.data == "x=1", "config data");
-    expect(config.id + 1 == got.id, "broadcast ids are consecutive");
-  }
-
-  // Receive-from-any: every client queues 10 messages before the server looks.
-  const int perClient = 10;
-  if (r != 0) {
-    for (int k = 0; k < perClient; ++k) {
-      ok(client->send(Outgoing().withTag("any").withData(std::to_string(r))), "send any");
-    }
-  }
-  ok(tree.barrier(), "barrier before receiveAny");
-  if (r == 0) {
-    // Wait until every client's first message is here, so that the order
-    // of service shows the policy, not the order of arrival.
-    const auto waitUntil = Clock::now() + 10s;
-    for (int id : server->clients()) {
-      while (!server->hasMessage(id) && Clock::now() < waitUntil) std::this_thread::sleep_for(1ms);
-    }
-    std::vector<int> served(n, 0);
-    std::vector<int> firstRound;
-    for (int k = 0; k < perClient * (n - 1); ++k) {
-      Received got;
-      ok(server->receiveAny(got, "any", {}, 10s), "receiveAny");
-      const int from = std::atoi(got.data.c_str());
-      ++served[from];
-      if (k < n - 1) firstRound.push_back(from);
-    }
-    std::sort(firstRound.begin(), firstRound.end());
-    for (int k = 0; k < n - 1; ++k) {
-      expect(firstRound[k] == k + 1, "receiveAny is not fair: a client was served twice in the first round");
-    }
-    for (int k = 1; k < n; ++k) expect(served[k] == perClient, "receiveAny lost or duplicated messages");
-    const TrafficStats stats = server->stats();
-    const uint64_t expected = uint64_t(n - 1) * (1 + rounds + perClient);
-    expect(stats.messagesReceived == expected,
-           "server stats: " + std::to_string(stats.messagesReceived) + " received, expected " +
-               std::to_string(expected));
-    expect(stats.bytesReceived >= uint64_t(n - 1) * rounds * 4000, "server byte count");
-  } else {
-    const TrafficStats stats = client->stats();
-    expect(stats.messagesSent == uint64_t(1 + rounds + perClient), "client stats: messages sent");
-    expect(stats.messagesReceived == uint64_t(rounds + 2), "client stats: messages received");
-  }
-
-  // The last rank's client goes away: receiving from it is an error, not a hang.
-  ok(tree.barrier(), "barrier before a client leaves");
-  if (r == n - 1) client.reset();
-  if (r == 0) {
-    int lastId = -1;
-    for (int id = 0; id < n; ++id) {
-      if (rankOf[id] == n - 1) lastId = id;
-    }
-    Received nothing;
-    actorpipe::Error error = server->receive(lastId, nothing, "", {}, 10s);
-    expect(error && error.castToType<RankFailedError>() &&
-               error.castToType<RankFailedError>()->rank() == lastId,
-           "receiving from a client that left: " + (error ? error.what() : std::string("no error")));
-    std::printf("server saw: %s\n", error.what().c_str());
-  }
-  ok(tree.barrier(), "final barrier");
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -545,8 +411,6 @@ int main(int argc, char** argv) {
              "a shape mismatch gave: " + (error ? error.what() : std::string("no error")));
       std::printf("rank %d saw: %s\n", tree->rank(), error.what().c_str());
       return 0;
-    } else if (scenario == "clientserver") {
-      checkClientServer(*tree);
     } else if (scenario == "links") {
       for (const auto& line : tree->links()) std::printf("%s\n", line.c_str());
     } else if (scenario == "late") {

@@ -6,8 +6,6 @@
 #include <set>
 #include <vector>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +16,6 @@
 
 #include <doctest/doctest.h>
 
-#include <actorpipe/actors/group/client_server.h>
 #include <actorpipe/runtime/error.h>
 
 #include <actorpipe/actors/group/chunks.h>
@@ -350,42 +347,6 @@ TEST_CASE("Slurm node lists expand") {
         std::vector<std::string>{"node01", "node02", "node03", "node7", "gpu5"});
   CHECK(expandNodeList("a,b") == std::vector<std::string>{"a", "b"});
   CHECK(expandNodeList("x[2-3]") == std::vector<std::string>{"x2", "x3"});
-}
-
-TEST_CASE("a client that cannot connect gets the real errno, after retrying") {
-  // A port nobody listens on: bind one, note it, close it.
-  int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  socklen_t length = sizeof(address);
-  ::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
-  ::close(probe);
-
-  std::unique_ptr<Client> client;
-  const auto start = std::chrono::steady_clock::now();
-  auto error = Client::connect("127.0.0.1", port, std::chrono::milliseconds(300), client);
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  REQUIRE(error);
-  INFO(error.what());
-  CHECK_FALSE(static_cast<bool>(client));
-  auto refused = error.castToType<actorpipe::ConnectError>();
-  REQUIRE(static_cast<bool>(refused));
-  CHECK(refused->errorCode() == ECONNREFUSED);
-  CHECK(elapsed >= std::chrono::milliseconds(250));  // it retried
-  CHECK(elapsed < std::chrono::seconds(10));
-}
-
-TEST_CASE("a server on a taken port reports why") {
-  std::unique_ptr<Server> first;
-  REQUIRE_FALSE(Server::create("127.0.0.1", 0, first));
-  std::unique_ptr<Server> second;
-  auto error = Server::create("127.0.0.1", first->port(), second);
-  INFO(error.what());
-  CHECK(error);
-  CHECK_FALSE(static_cast<bool>(second));
 }
 
 // The host arena with two "ranks" that are threads of this process: the

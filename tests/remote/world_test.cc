@@ -1,7 +1,8 @@
 // A job's nodes (actors/remote/world.h): three processes started with the
 // environment actorpipe-run, Slurm, OpenMPI's mpirun and torchrun set find
 // each other with no address written by hand; each asks the next rank's
-// actor for its rank. A rank that never comes is named.
+// actor for its rank, and rank 0 serves the others as a client/server. A
+// rank that never comes is named.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,9 +21,12 @@
 #include "../support/slurm.h"
 #include "remote_support.h"
 
+#include <actorpipe/actors/remote/client_server.h>
 #include <actorpipe/actors/remote/world.h>
 
 using namespace remote_test;
+using actorpipe::remote::Client;
+using actorpipe::remote::Server;
 using actorpipe::remote::World;
 using actorpipe::remote::WorldOptions;
 using testing::Child;
@@ -108,9 +112,50 @@ int rankBody(const std::function<void(const std::string&)>& say, Environment env
     say("rank " + std::to_string(rank) + " never heard rank " + std::to_string(next) + ": " + problem);
     return 1;
   }
+  // torch-ipc's client/server on the job's nodes: rank 0 serves, the
+  // others connect to rank 0's URL, send their rank and a tensor of it, and
+  // get the total back in a broadcast.
+  std::unique_ptr<Server> server;
+  std::unique_ptr<Client> client;
+  if (rank == 0) {
+    auto created = Server::create(world->node(), "sum");
+    CHILD_CHECK(created);
+    server = std::move(*created);
+    CHILD_CHECK(!server->waitForClients(kRanks - 1, std::chrono::seconds(30)));
+    std::vector<bool> seen(kRanks, false);
+    double total = 0;
+    for (int k = 1; k < kRanks; ++k) {
+      int from = -1;
+      caf::message m;
+      CHILD_CHECK(!server->receiveAny(from, m, std::chrono::seconds(30)));
+      CHILD_CHECK((m.match_elements<int32_t, Tensor>()));
+      int32_t sender = m.get_as<int32_t>(0);
+      CHILD_CHECK(sender > 0 && sender < kRanks && !seen[size_t(sender)]);
+      seen[size_t(sender)] = true;
+      CHILD_CHECK(sumOf(m.get_as<Tensor>(1)) == 4.0 * sender);
+      total += sumOf(m.get_as<Tensor>(1));
+    }
+    CHILD_CHECK(!server->broadcast(caf::make_message(Tensor::full<double>({1}, total)),
+                                   std::chrono::seconds(30)));
+  } else {
+    auto connected = Client::connect(world->node(), world->url(0), "sum", std::chrono::seconds(30));
+    if (!connected) {
+      say("rank " + std::to_string(rank) + " never reached rank 0's server: " +
+          system.render(connected.error()));
+      return 1;
+    }
+    client = std::move(*connected);
+    CHILD_CHECK(!client->send(caf::make_message(int32_t(rank), Tensor::full<float>({2, 2}, float(rank))),
+                              std::chrono::seconds(30)));
+    caf::message m;
+    CHILD_CHECK(!client->receive(m, std::chrono::seconds(30)));
+    CHILD_CHECK(m.match_elements<Tensor>());
+    CHILD_CHECK(sumOf(m.get_as<Tensor>(0)) == 4.0 * (kRanks * (kRanks - 1) / 2));
+  }
   caf::anon_send(nextActor, heard_atom::value);
   CHILD_CHECK(heard->get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  say("rank " + std::to_string(rank) + " asked rank " + std::to_string(answer));
+  say("rank " + std::to_string(rank) + " asked rank " + std::to_string(answer) + " and " +
+      (rank == 0 ? "served" : "was served"));
   return 0;
 }
 
