@@ -708,8 +708,9 @@ KeepNaming keepNaming() {
 // (from its actor 5) make the keeper keep handles of nodes the victim has no
 // link to, and it answers the victim's WHEREs itself.
 struct Introducer {
-  explicit Introducer(std::chrono::milliseconds lookupTimeout, size_t windowMessages = 4096)
-      : victim(options(lookupTimeout, windowMessages)) {
+  explicit Introducer(std::chrono::milliseconds lookupTimeout, size_t windowMessages = 4096,
+                      std::chrono::milliseconds heartbeatTimeout = 60s)
+      : victim(options(lookupTimeout, windowMessages, heartbeatTimeout)) {
     keeping = victim.own(victim.system().spawn(keeper));
     REQUIRE(!victim.node().publish(keeping, "keeper"));
     added = third.own(third.system().spawn(adder));
@@ -721,11 +722,12 @@ struct Introducer {
     pipe->close();
     context->join();
   }
-  static NodeOptions options(std::chrono::milliseconds lookupTimeout, size_t windowMessages) {
+  static NodeOptions options(std::chrono::milliseconds lookupTimeout, size_t windowMessages,
+                             std::chrono::milliseconds heartbeatTimeout) {
     NodeOptions o = TestNode::quick();
     o.lookupTimeout = lookupTimeout;
     o.windowMessages = windowMessages;
-    o.heartbeatTimeout = 60s;  // the hand-made peer says no BEATs
+    o.heartbeatTimeout = heartbeatTimeout;  // the hand-made peer says no BEATs
     return o;
   }
   // Keep `third`'s adder: a node the victim has no link to.
@@ -875,6 +877,60 @@ TEST_CASE("a hand-made peer whose messages name more nodes than one hold takes: 
   auto got = peer.answers(kCount, {}, &wheres);
   for (const auto& m : got) CHECK(peer.refusal(m).find("has no link to it either") != std::string::npos);
   CHECK(wheres.size() == kCount);
+}
+
+TEST_CASE("a hand-made peer whose one message names 17 nodes: refused at once, none asked for") {
+  // (keep_atom, a vector of 17 handles), each of a node none knows: made
+  // with 17 handles of a scratch actor whose node id is then written over,
+  // once per handle, with another.
+  Introducer peer(10s);
+  constexpr size_t kNodes = 17;
+  std::vector<char> body;
+  {
+    caf::actor_system_config cfg;
+    actorpipe::remote::configure(cfg);
+    caf::actor_system scratch{cfg};
+    auto someone = scratch.spawn([]() -> caf::behavior { return {[](int32_t) {}}; });
+    actorpipe::remote::detail::EncodedMessage m;
+    REQUIRE(!encodeMessage(scratch, caf::make_message(keep_atom::value, std::vector<caf::actor>(kNodes, someone)), m));
+    caf::anon_send_exit(someone, caf::exit_reason::user_shutdown);
+    std::vector<char> ours = nodeIdBytes(scratch.node());
+    size_t replaced = 0;
+    for (auto at = std::search(m.bytes.begin(), m.bytes.end(), ours.begin(), ours.end()); at != m.bytes.end();
+         at = std::search(at + 1, m.bytes.end(), ours.begin(), ours.end())) {
+      caf::node_id::default_data::host_id_type host;
+      host.fill(static_cast<uint8_t>(0x40 + replaced));
+      std::vector<char> other = nodeIdBytes(caf::make_node_id(uint32_t(8000 + replaced), host));
+      std::copy(other.begin(), other.end(), at);
+      ++replaced;
+    }
+    REQUIRE(replaced == kNodes);
+    body = std::move(m.bytes);
+  }
+  peer.send({peer.message(body, 1), peer.message(peer.plain(), 2)});
+  std::vector<actorpipe::remote::detail::Frame> wheres;
+  auto got = peer.answers(2, {}, &wheres);
+  std::string why = peer.refusal(got[0]);
+  CHECK(why.find("it names more than 16 nodes") != std::string::npos);
+  CHECK(got[1].match_elements<std::vector<std::string>>());
+  CHECK(wheres.empty());
+}
+
+TEST_CASE("a hand-made peer lost while a message of its waits: what it sent is delivered, then the loss") {
+  // A message naming `third` waits (its WHEREs unanswered, lookupTimeout a
+  // minute); behind it, the keeper is to keep a handle of the peer's own
+  // actor 7. The peer then says nothing: past the heartbeat bound the
+  // victim takes it for lost, delivers what it held first (the keeper
+  // keeps the proxy), and the proxy goes down as lost.
+  Introducer peer(60s, 4096, TestNode::kQuickTimeout);
+  auto began = std::chrono::steady_clock::now();
+  peer.send({peer.message(peer.namingThird(), 0), peer.message(keepNaming().of(attackerNode(), 7), 0)});
+  caf::scoped_actor self{peer.victim.system()};
+  auto downs = downsSeen(self, peer.keeping, 1);
+  auto waited = std::chrono::steady_clock::now() - began;
+  REQUIRE(downs.size() == 1);
+  CHECK(downs[0].find("nothing heard") != std::string::npos);
+  CHECK(waited < 30s);
 }
 
 TEST_CASE("a hand-made peer that sends more frames than a hold keeps: the hold is given up") {

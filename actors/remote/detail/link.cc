@@ -689,6 +689,7 @@ void Link::deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& inco
     }
     if (!onFrame(frame, incoming[i])) held_.push_back(Held{std::move(frame), std::move(incoming[i])});
   }
+  holding_ = !held_.empty();
 }
 
 Link::Introduced Link::introduce(const Frame& frame, std::string& why) {
@@ -707,6 +708,10 @@ Link::Introduced Link::introduce(const Frame& frame, std::string& why) {
     }
   } else if (!node->exported(frame.aid)) {
     return Introduced::kNobodyWaits;
+  }
+  if (tooManyNodes_) {  // not worth a link to any of them: refused at once
+    why = "it names more than " + std::to_string(kMaxIntroductions) + " nodes without a link here";
+    return Introduced::kNo;
   }
   bool waiting = false;
   auto note = [&why](const std::string& reason) { why += (why.empty() ? "" : "; ") + reason; };
@@ -928,6 +933,7 @@ void Link::resumeHeld() {
     }
   }
   if (held_.empty()) failedNodes_.clear();
+  holding_ = !held_.empty();
 }
 
 void Link::poolTensor(const Descriptor::Tensor& entry, Tensor& out) {
@@ -950,6 +956,19 @@ void Link::failRead(const Error& error) {
   }
   // After our BYE the peer closing its end is the leave completing.
   fail(left ? makeError(RemoteError::kNodeLeft, "this node left") : lostError(error.what()));
+}
+
+void Link::loseOnLoop(const caf::error& reason) {
+  auto node = holding_.load() ? node_.lock() : nullptr;
+  if (!node) {
+    fail(reason);
+    return;
+  }
+  bool posted = node->post([self = shared_from_this(), reason] {
+    if (!self->held_.empty()) self->abandonHold("its sender is lost");
+    self->fail(reason);
+  });
+  if (!posted) fail(reason);  // the loop has ended: nothing held is read any more
 }
 
 void Link::failProtocol(const Error& error) {
@@ -1036,6 +1055,7 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
       // decoded again once linked: its tensors are kept until then.
       bool mayHold = options_.automaticConnections;
       unknownNodes_.clear();
+      tooManyNodes_ = false;
       tDecoding = this;
       Error bad = frame.kind == Frame::Kind::kInline
                       ? decodeMessage(system_, frame.body.data(), frame.body.size(), {}, content,
@@ -1355,9 +1375,12 @@ caf::strong_actor_ptr Link::makeHandle(const caf::node_id& nid, caf::actor_id ai
   }
   if (!owner) {
     ++unreachableHandles_;
-    if (unknownNodes_.size() < kMaxIntroductions &&
-        std::find(unknownNodes_.begin(), unknownNodes_.end(), nid) == unknownNodes_.end()) {
-      unknownNodes_.push_back(nid);
+    if (std::find(unknownNodes_.begin(), unknownNodes_.end(), nid) == unknownNodes_.end()) {
+      if (unknownNodes_.size() < kMaxIntroductions) {
+        unknownNodes_.push_back(nid);
+      } else {
+        tooManyNodes_ = true;
+      }
     }
     return nullptr;
   }
@@ -1461,8 +1484,8 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
   auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + sent) / 10000);
   if (sinceRead >= allowed) {
-    fail(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
-                   " ms (frozen, or the network between is cut)"));
+    loseOnLoop(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
+                         " ms (frozen, or the network between is cut)"));
     return;
   }
   // A peer's loop reads whatever arrives (its window bounds what it holds),
@@ -1475,8 +1498,8 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
     auto waited = since(started);
     auto bound = timeout + std::chrono::milliseconds(writingBytes_.load() / 10000);
     if (waited >= bound && sinceRead < waited - bound) {
-      fail(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
-                     " ms"));
+      loseOnLoop(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
+                           " ms"));
       return;
     }
   }

@@ -257,6 +257,9 @@ class Link : public std::enable_shared_from_this<Link> {
   void failProtocol(const Error& error);
   // The pipe failed a read: the peer is lost, or it closed after our BYE.
   void failRead(const Error& error);
+  // The ticker found the peer lost: fail(reason), after delivering what is
+  // held (on the loop) if anything is, as failRead does.
+  void loseOnLoop(const caf::error& reason);
   // Makes `out` a host tensor for `entry` from the node's pool (large ones;
   // receiveTensor then reads into it in place).
   void poolTensor(const Descriptor::Tensor& entry, Tensor& out);
@@ -345,11 +348,15 @@ class Link : public std::enable_shared_from_this<Link> {
   static constexpr size_t kMaxHeldFrames = 4096;   // besides the window's messages
   static constexpr size_t kMaxFailedNodes = 1024;
   std::vector<caf::node_id> unknownNodes_;  // named by the message being decoded
+  bool tooManyNodes_{false};  // it names more than kMaxIntroductions of them
   struct Held {
     Frame frame;
     Incoming in;
   };
   std::deque<Held> held_;
+  // Whether held_ has frames, for the ticker: a peer lost while frames of
+  // its are held has them delivered first, on the loop (loseOnLoop).
+  std::atomic<bool> holding_{false};
   struct Introduction {
     enum State { kAsking, kConnecting, kDone, kFailed };
     State state{kAsking};
