@@ -365,6 +365,19 @@ int main(int argc, char** argv) {
       return gbps;
     }, "GB/s");
 
+    // What two CAF actors cost without any wire: a request/reply between an
+    // asker and the echo in one process, on one scheduler thread (no
+    // thread hand-off). A remote round trip with both actors on their
+    // nodes' loops adds these two resumes to the pipe's round trip.
+    add("CAF request/reply in one process, one thread, 8 B", [&] {
+      caf::actor_system_config cfg;
+      configure(cfg);
+      cfg.set("scheduler.max-threads", 1);
+      caf::actor_system system{cfg};
+      return median(pingPong<int64_t>(system, system.spawn(echo), caf::make_message(int64_t(8)),
+                                      o.iterations / 10, o.iterations));
+    }, "us");
+
     for (bool shm : {false, true}) {
       std::string name = shm ? "shm" : "tcp";
       Child server = serveNode(shm);
@@ -481,6 +494,9 @@ int main(int argc, char** argv) {
               med("remote actor request/reply, 8 B, tcp, on loop") / med("pipe round trip, 8 B, tcp"));
   std::printf("  on loop: request/reply shm / pipe round trip shm: %.2f\n",
               med("remote actor request/reply, 8 B, shm, on loop") / med("pipe round trip, 8 B, shm"));
+  std::printf("  (pipe shm + CAF's own request/reply) / pipe shm: %.2f\n",
+              (med("pipe round trip, 8 B, shm") + med("CAF request/reply in one process, one thread, 8 B")) /
+                  med("pipe round trip, 8 B, shm"));
   std::printf("  CAF middleman / remote request/reply tcp:         %.1f x slower\n",
               med("CAF middleman request/reply, 8 B, tcp") / med("remote actor request/reply, 8 B, tcp"));
   std::printf("  CAF middleman / remote request/reply tcp, on loop: %.1f x slower\n",
