@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <caf/actor_cast.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/event_based_actor.hpp>
@@ -19,9 +20,14 @@
 #include <actorpipe/actors/remote/node.h>
 
 // The protocol, between a client's two actors and the server's:
-//   client (its scoped actor)   -> server actor: (cshello, agent) -> id
-//   client (its scoped actor)   -> server actor: (csmsg, message) -> bool
+//   client (its scoped actor)    -> server actor: (cshello, agent) -> id
+//   client (scoped actor, agent) -> server actor: (csmsg, message) -> bool
 //   server (a scoped actor/send) -> client agent: (csmsg, message) -> bool
+// A client's send without a timeout asks from its scoped actor, on the
+// calling thread; one with a timeout has its agent ask (an event-based
+// actor drops an answer that comes after its request timed out, where the
+// scoped actor would keep it in its mailbox for ever, one per timed-out
+// send).
 // A message is answered once it is queued at the receiver (true) or its
 // queue is closed (false); a full queue parks the answer, which is the
 // backpressure. The server hears a client only from the sender that said
@@ -213,6 +219,7 @@ struct ServerShared {
       entry.gone = goneError(system, "client " + std::to_string(id), reason);
       entry.inbox.close();
       bySender.erase(entry.sender);
+      bySender.erase(agent);
       // It still counts against its node's clients (its queue is still
       // held) until its loss is told or it is forgotten.
       ++goneKept;
@@ -266,11 +273,67 @@ struct ClientShared {
   std::mutex mutex;
   caf::error gone;  // why the server is gone; set before `inbox` closes
 
-  std::mutex sendMutex;
-  caf::scoped_actor self;
+  std::mutex sendMutex;  // one send at a time
+  caf::scoped_actor self;  // asks without a timeout (never left an answer)
+
+  // Why a request the agent never answered failed: the agent ended with
+  // the client (kClosed) or with the server's node.
+  caf::error goneOr(const std::string& who) {
+    std::lock_guard<std::mutex> guard(mutex);
+    return gone ? gone : closedError(who);
+  }
+};
+
+// A client's call waiting for the answer to the request it handed its
+// agent. Completed once: by the answer, by the request's error (its
+// timeout too), or, should the agent drop the request unanswered (it ended
+// first), by the Completer's end.
+struct ClientCall {
+  std::mutex mutex;
+  std::condition_variable done;
+  bool answered = false;
+  caf::error error;
+
+  void complete(caf::error e) {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (answered) return;
+      answered = true;
+      error = std::move(e);
+    }
+    done.notify_all();
+  }
+  // Waits for the answer: until `deadline` (the request's own) and a grace
+  // for the agent's timer, past which the call gives up.
+  caf::error wait(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> guard(mutex);
+    if (!done.wait_until(guard, deadline + std::chrono::seconds(5), [&] { return answered; })) {
+      return caf::make_error(caf::sec::request_timeout, "no answer from the client's agent");
+    }
+    return error;
+  }
+};
+
+// Travels with the request to the agent and on into its response handlers.
+struct Completer {
+  Completer(std::shared_ptr<ClientCall> c, std::shared_ptr<ClientShared> s, caf::message m,
+            Timeout t)
+      : call(std::move(c)), shared(std::move(s)), message(std::move(m)), timeout(t) {}
+  ~Completer() { call->complete(shared->goneOr("the server")); }  // no-op once answered
+  std::shared_ptr<ClientCall> call;
+  std::shared_ptr<ClientShared> shared;
+  caf::message message;  // for the server
+  Timeout timeout;       // finite
 };
 
 } // namespace detail
+
+} // namespace actorpipe::remote
+
+// Local only: the agent's calls from its own client (no wire form).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<actorpipe::remote::detail::Completer>)
+
+namespace actorpipe::remote {
 
 namespace {
 
@@ -293,7 +356,9 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         // what it meant for it to another node's client.
         if (agent->node() != sender->node()) return refuse("a hello naming another node's actor");
         auto address = caf::actor_cast<caf::actor_addr>(sender);
+        auto agentAddress = caf::actor_cast<caf::actor_addr>(agent);
         if (shared->bySender.count(address)) return refuse("this sender said hello already");
+        if (shared->bySender.count(agentAddress)) return refuse("this agent is another client's");
         size_t& count = shared->perNode[sender->node()];
         if (count >= shared->options.maxClientsPerNode) {
           if (count == 0) shared->perNode.erase(sender->node());
@@ -306,7 +371,10 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         entry.agent = agent;
         entry.node = sender->node();
         entry.inbox = Inbox(shared->options.queueMessages);
+        // Its sends come from the sender, or (a send with a timeout) from
+        // its agent.
         shared->bySender[address] = id;
+        shared->bySender[agentAddress] = id;
         shared->membershipChangedLocked();
         guard.unlock();
         // The agent lives as long as the client: its end, or its node's,
@@ -363,6 +431,17 @@ caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::
     shared->inbox.close();
   });
   return {
+      // From this client's own calls (a type no peer can send: it has no
+      // wire form): asks the server, answers the call.
+      [self, shared](std::shared_ptr<detail::Completer>& completer) {
+        self->request(shared->server, caf::duration(completer->timeout), cs_message_atom::value,
+                      std::move(completer->message))
+            .then(
+                [completer](bool queued) {
+                  completer->call->complete(queued ? caf::error() : closedError("the server"));
+                },
+                [completer](caf::error& error) { completer->call->complete(std::move(error)); });
+      },
       [self, shared](cs_message_atom, caf::message& message) {
         auto sender = self->current_sender();
         auto promise = self->make_response_promise<bool>();
@@ -587,6 +666,22 @@ caf::error Server::receiveAny(int& client, caf::message& message, Timeout timeou
 
 // -- Client -------------------------------------------------------------------
 
+namespace {
+
+// Has the client's agent ask the server to take `message` within a finite
+// `timeout`, and waits for the answer.
+caf::error sendThroughAgent(const std::shared_ptr<detail::ClientShared>& shared, caf::message message,
+                            Timeout timeout) {
+  auto call = std::make_shared<detail::ClientCall>();
+  auto deadline = deadlineOf(timeout);
+  caf::anon_send(shared->agent, std::make_shared<detail::Completer>(call, shared, std::move(message),
+                                                                    std::max(timeout, Timeout(1))));
+  return call->wait(deadline);
+}
+
+} // namespace
+
+
 caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::string& url,
                                                        const std::string& name, Timeout retryFor,
                                                        ClientServerOptions options) {
@@ -608,13 +703,12 @@ caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::st
   shared->agent = node.system().spawn(clientAgent, shared);
   node.runOnLoop(shared->agent);
   node.endOnLeave(shared->agent);
-  caf::error failed;
   // A server that takes no hello within the retry time (at least a
   // second) is not there.
-  auto helloFor = std::max<std::chrono::steady_clock::duration>(
-      deadline - std::chrono::steady_clock::now(), std::chrono::seconds(1));
-  shared->self->request(shared->server, std::chrono::duration_cast<Timeout>(helloFor),
-                        cs_hello_atom::value, shared->agent)
+  auto helloFor = std::chrono::duration_cast<Timeout>(std::max<std::chrono::steady_clock::duration>(
+      deadline - std::chrono::steady_clock::now(), std::chrono::seconds(1)));
+  caf::error failed;
+  shared->self->request(shared->server, helloFor, cs_hello_atom::value, shared->agent)
       .receive([&](int32_t id) { shared->id = id; },
                [&](caf::error& error) { failed = std::move(error); });
   if (failed) {
@@ -644,7 +738,10 @@ caf::error Client::send(caf::message message, Timeout timeout) {
     if (shared_->gone) return shared_->gone;
   }
   std::lock_guard<std::mutex> sending(shared_->sendMutex);
-  return sendThrough(shared_->self, shared_->server, std::move(message), timeout, "the server");
+  if (deadlineOf(timeout) == std::chrono::steady_clock::time_point::max()) {
+    return sendThrough(shared_->self, shared_->server, std::move(message), timeout, "the server");
+  }
+  return sendThroughAgent(shared_, std::move(message), timeout);
 }
 
 caf::error Client::receive(caf::message& message, Timeout timeout) {

@@ -36,7 +36,8 @@
 // layer's kNodeLost / kNodeLeft, or kClosed for a close).
 //
 // Hostile peers: only a client that said hello is heard, only from the
-// sender it said hello with, and its agent must be of that sender's node;
+// sender it said hello with or its agent, which must be of that sender's
+// node and no other client's;
 // one node has at most maxClientsPerNode clients at a server, gone ones
 // included until the server has received their loss; a peer's sends
 // waiting for room are bounded per client; a client hears only actors of

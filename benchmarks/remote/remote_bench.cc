@@ -377,6 +377,21 @@ int main(int argc, char** argv) {
       return median(pingPong<int64_t>(system, system.spawn(echo), caf::make_message(int64_t(8)),
                                       o.iterations / 10, o.iterations));
     }, "us");
+    // The same two actors both run on one node's loop, as the remote rows
+    // "on loop" run them at each end (Node::runOnLoop).
+    add("CAF request/reply in one process, on a node's loop, 8 B", [&] {
+      caf::actor_system_config cfg;
+      remote::configure(cfg);
+      configure(cfg);
+      caf::actor_system system{cfg};
+      remote::Node node(system, nodeOptions(false));
+      auto hosted = system.spawn(echo);
+      node.runOnLoop(hosted);
+      double us = median(pingPong<int64_t>(system, hosted, caf::make_message(int64_t(8)),
+                                           o.iterations / 10, o.iterations, &node));
+      caf::anon_send_exit(hosted, caf::exit_reason::user_shutdown);
+      return us;
+    }, "us");
 
     for (bool shm : {false, true}) {
       std::string name = shm ? "shm" : "tcp";
@@ -494,8 +509,11 @@ int main(int argc, char** argv) {
               med("remote actor request/reply, 8 B, tcp, on loop") / med("pipe round trip, 8 B, tcp"));
   std::printf("  on loop: request/reply shm / pipe round trip shm: %.2f\n",
               med("remote actor request/reply, 8 B, shm, on loop") / med("pipe round trip, 8 B, shm"));
-  std::printf("  (pipe shm + CAF's own request/reply) / pipe shm: %.2f\n",
+  std::printf("  (pipe shm + CAF's own request/reply) / pipe shm: %.2f (one thread), %.2f (on a loop)\n",
               (med("pipe round trip, 8 B, shm") + med("CAF request/reply in one process, one thread, 8 B")) /
+                  med("pipe round trip, 8 B, shm"),
+              (med("pipe round trip, 8 B, shm") +
+               med("CAF request/reply in one process, on a node's loop, 8 B")) /
                   med("pipe round trip, 8 B, shm"));
   std::printf("  CAF middleman / remote request/reply tcp:         %.1f x slower\n",
               med("CAF middleman request/reply, 8 B, tcp") / med("remote actor request/reply, 8 B, tcp"));

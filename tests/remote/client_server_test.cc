@@ -44,6 +44,20 @@ std::unique_ptr<Client> connect(TestNode& node, TestNode& at, const std::string&
   return std::move(*client);
 }
 
+// A server whose queue for its one client holds one message, and holds it.
+struct FullQueue {
+  FullQueue() {
+    ClientServerOptions one;
+    one.queueMessages = 1;
+    server = serve(host, "full", one);
+    client = connect(node, host, "full");
+    REQUIRE(!client->send(caf::make_message(int32_t(0))));
+  }
+  TestNode host, node;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<Client> client;
+};
+
 }  // namespace
 
 TEST_CASE("client/server: tensors and plain values both ways, between nodes with a secret") {
@@ -144,6 +158,51 @@ TEST_CASE("client/server: a sender past the receiver's queue waits until it take
   }
   sender.join();
   CHECK(sent.load() == 20);
+}
+
+TEST_CASE("client/server: a client's send that times out says so; later sends and receives work") {
+  FullQueue full;
+  auto& server = full.server;
+  auto& client = full.client;
+  for (int32_t i = 1; i <= 3; ++i) {
+    auto began = std::chrono::steady_clock::now();
+    auto error = client->send(caf::make_message(i), 100ms);
+    auto took = std::chrono::steady_clock::now() - began;
+    CHECK(error == caf::sec::request_timeout);
+    CHECK(took >= 90ms);
+    CHECK(took < 5s);
+  }
+  // The timed-out ones still arrive (they were parked at the server), in
+  // order; their late answers go nowhere, and the next send is answered.
+  caf::message m;
+  for (int32_t i = 0; i <= 3; ++i) {
+    REQUIRE(!server->receive(client->id(), m, 10s));
+    CHECK(m.get_as<int32_t>(0) == i);
+  }
+  REQUIRE(!client->send(caf::make_message(int32_t(4)), 10s));
+  REQUIRE(!server->receive(client->id(), m, 10s));
+  CHECK(m.get_as<int32_t>(0) == 4);
+  REQUIRE(!server->send(client->id(), caf::make_message(std::string("back")), 10s));
+  REQUIRE(!client->receive(m, 10s));
+  CHECK(m.get_as<std::string>(0) == "back");
+}
+
+TEST_CASE("client/server: closing a client ends its send that waits for room, at once") {
+  FullQueue full;
+  auto& client = full.client;
+  caf::error waited;
+  std::atomic<bool> returned{false};
+  std::thread sender([&] {
+    waited = client->send(caf::make_message(int32_t(1)));  // no timeout: waits for room
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(returned.load());
+  auto began = std::chrono::steady_clock::now();
+  client->close();
+  sender.join();
+  CHECK(std::chrono::steady_clock::now() - began < 5s);
+  CHECK(actorpipe::remote::isError(waited, RemoteError::kClosed));
 }
 
 TEST_CASE("client/server: a client waits for a server that starts late; a stranger is refused") {
@@ -271,6 +330,33 @@ TEST_CASE("client/server: only clients are heard, and one node's clients are bou
   REQUIRE(!two->send(caf::make_message(int32_t(2))));
   REQUIRE(!server->receiveAny(from, m, 10s));
   CHECK(from == two->id());
+}
+
+TEST_CASE("client/server: a hello naming another client's agent or sender as its agent is refused") {
+  // A client's sends are heard from its sender and from its agent: a
+  // second hello naming either would make one client's sends count as
+  // another's.
+  TestNode host, node;
+  auto server = serve(host, "a");
+  auto actor = node.node().remoteActor(host.node().url("tcp"), "clientserver:a");
+  REQUIRE(actor);
+  auto agent = node.own(node.system().spawn([]() -> caf::behavior { return {[](int32_t) {}}; }));
+  caf::scoped_actor first{node.system()}, second{node.system()};
+  auto hello = [&](caf::scoped_actor& from, const caf::actor& naming) {
+    caf::error refused;
+    int id = -1;
+    from->request(*actor, 10s, caf::atom("cshello"), naming)
+        .receive([&](int32_t given) { id = given; }, [&](caf::error& e) { refused = std::move(e); });
+    return std::make_pair(id, node.system().render(refused));
+  };
+  CHECK(hello(first, agent).first >= 0);
+  auto again = hello(second, agent);
+  CHECK(again.first == -1);
+  CHECK(again.second.find("another client's") != std::string::npos);
+  auto sender = hello(second, caf::actor_cast<caf::actor>(first));
+  CHECK(sender.first == -1);
+  CHECK(sender.second.find("another client's") != std::string::npos);
+  CHECK(server->clients().size() == 1);
 }
 
 TEST_CASE("client/server: a peer's sends waiting for room are bounded per client") {

@@ -922,9 +922,13 @@ TEST_CASE("a hand-made peer lost while a message of its waits: what it sent is d
   // actor 7. The peer then says nothing: past the heartbeat bound the
   // victim takes it for lost, delivers what it held first (the keeper
   // keeps the proxy), and the proxy goes down as lost.
+  // Its bytes are made first: the victim's heartbeat bound runs from the
+  // peer's hello on, and a scratch actor system takes a while.
+  std::vector<char> keepSeven = keepNaming().of(attackerNode(), 7);
   Introducer peer(60s, 4096, TestNode::kQuickTimeout);
+  std::vector<char> naming = peer.namingThird();
   auto began = std::chrono::steady_clock::now();
-  peer.send({peer.message(peer.namingThird(), 0), peer.message(keepNaming().of(attackerNode(), 7), 0)});
+  peer.send({peer.message(naming, 0), peer.message(keepSeven, 0)});
   caf::scoped_actor self{peer.victim.system()};
   auto downs = downsSeen(self, peer.keeping, 1);
   auto waited = std::chrono::steady_clock::now() - began;

@@ -958,12 +958,20 @@ void Link::failRead(const Error& error) {
   fail(left ? makeError(RemoteError::kNodeLeft, "this node left") : lostError(error.what()));
 }
 
-void Link::loseOnLoop(const caf::error& reason) {
+void Link::loseOnLoop(const caf::error& reason, Clock::time_point now, std::chrono::milliseconds grace) {
   auto node = holding_.load() ? node_.lock() : nullptr;
   if (!node) {
     fail(reason);
     return;
   }
+  int64_t since = losingSince_.load();
+  if (since != 0) {
+    // Posted once; a loop that has not run it within `grace` (a hosted
+    // actor blocking it) does not keep the loss from the senders waiting.
+    if (now - Clock::time_point(Clock::duration(since)) >= grace) fail(reason);
+    return;
+  }
+  losingSince_ = ticks(now);
   bool posted = node->post([self = shared_from_this(), reason] {
     if (!self->held_.empty()) self->abandonHold("its sender is lost");
     self->fail(reason);
@@ -1485,7 +1493,8 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + sent) / 10000);
   if (sinceRead >= allowed) {
     loseOnLoop(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
-                         " ms (frozen, or the network between is cut)"));
+                         " ms (frozen, or the network between is cut)"),
+               now, timeout);
     return;
   }
   // A peer's loop reads whatever arrives (its window bounds what it holds),
@@ -1499,7 +1508,8 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
     auto bound = timeout + std::chrono::milliseconds(writingBytes_.load() / 10000);
     if (waited >= bound && sinceRead < waited - bound) {
       loseOnLoop(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
-                           " ms"));
+                           " ms"),
+                 now, timeout);
       return;
     }
   }

@@ -258,8 +258,9 @@ class Link : public std::enable_shared_from_this<Link> {
   // The pipe failed a read: the peer is lost, or it closed after our BYE.
   void failRead(const Error& error);
   // The ticker found the peer lost: fail(reason), after delivering what is
-  // held (on the loop) if anything is, as failRead does.
-  void loseOnLoop(const caf::error& reason);
+  // held (on the loop, posted once) if anything is, as failRead does; at
+  // once if the loop has not run that within `grace`.
+  void loseOnLoop(const caf::error& reason, Clock::time_point now, std::chrono::milliseconds grace);
   // Makes `out` a host tensor for `entry` from the node's pool (large ones;
   // receiveTensor then reads into it in place).
   void poolTensor(const Descriptor::Tensor& entry, Tensor& out);
@@ -357,6 +358,7 @@ class Link : public std::enable_shared_from_this<Link> {
   // Whether held_ has frames, for the ticker: a peer lost while frames of
   // its are held has them delivered first, on the loop (loseOnLoop).
   std::atomic<bool> holding_{false};
+  std::atomic<int64_t> losingSince_{0};  // ticks; when loseOnLoop posted (0: not yet)
   struct Introduction {
     enum State { kAsking, kConnecting, kDone, kFailed };
     State state{kAsking};
