@@ -27,11 +27,14 @@
 // calling thread; one with a timeout has its agent ask (an event-based
 // actor drops an answer that comes after its request timed out, where the
 // scoped actor would keep it in its mailbox for ever, one per timed-out
-// send).
+// send). The agent takes its client's calls on CAF's scheduler (a free
+// worker thread), and skips one whose deadline has passed: a call given up
+// is never sent late, behind a later send.
 // A message is answered once it is queued at the receiver (true) or its
 // queue is closed (false); a full queue parks the answer, which is the
 // backpressure. The server hears a client only from the sender that said
-// hello, and takes as its agent only an actor of that sender's node; a
+// hello and the agent it named, and takes as its agent only an actor of
+// that sender's node that is no other client's sender or agent; a
 // client's agent hears only actors of the server's node (the peer the
 // client chose; the agent's handle went there only). Each Server::send asks
 // from a scoped actor of its own, so a client slow to answer holds up only
@@ -151,7 +154,7 @@ struct ServerShared {
       : node(n), system(n.system()), name(std::move(nm)), options(o) {}
 
   struct Entry {
-    caf::actor_addr sender;  // its sends come from this actor
+    caf::actor_addr sender;  // its sends come from this actor, or its agent
     caf::actor agent;        // ours go to this one
     caf::node_id node;
     Inbox inbox;
@@ -317,13 +320,13 @@ struct ClientCall {
 // Travels with the request to the agent and on into its response handlers.
 struct Completer {
   Completer(std::shared_ptr<ClientCall> c, std::shared_ptr<ClientShared> s, caf::message m,
-            Timeout t)
-      : call(std::move(c)), shared(std::move(s)), message(std::move(m)), timeout(t) {}
+            std::chrono::steady_clock::time_point d)
+      : call(std::move(c)), shared(std::move(s)), message(std::move(m)), deadline(d) {}
   ~Completer() { call->complete(shared->goneOr("the server")); }  // no-op once answered
   std::shared_ptr<ClientCall> call;
   std::shared_ptr<ClientShared> shared;
   caf::message message;  // for the server
-  Timeout timeout;       // finite
+  std::chrono::steady_clock::time_point deadline;  // finite
 };
 
 } // namespace detail
@@ -357,7 +360,7 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         if (agent->node() != sender->node()) return refuse("a hello naming another node's actor");
         auto address = caf::actor_cast<caf::actor_addr>(sender);
         auto agentAddress = caf::actor_cast<caf::actor_addr>(agent);
-        if (shared->bySender.count(address)) return refuse("this sender said hello already");
+        if (shared->bySender.count(address)) return refuse("this sender is a client's already");
         if (shared->bySender.count(agentAddress)) return refuse("this agent is another client's");
         size_t& count = shared->perNode[sender->node()];
         if (count >= shared->options.maxClientsPerNode) {
@@ -396,7 +399,13 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
           return promise;
         }
         int id = it->second;
-        auto& entry = shared->clients[id];
+        auto found = shared->clients.find(id);
+        if (found == shared->clients.end()) {  // (not while bySender has it)
+          guard.unlock();
+          promise.deliver(false);
+          return promise;
+        }
+        auto& entry = found->second;
         if (entry.waiting >= kMaxWaitingSends) {
           guard.unlock();
           promise.deliver(caf::make_error(caf::sec::invalid_argument,
@@ -434,7 +443,12 @@ caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::
       // From this client's own calls (a type no peer can send: it has no
       // wire form): asks the server, answers the call.
       [self, shared](std::shared_ptr<detail::Completer>& completer) {
-        self->request(shared->server, caf::duration(completer->timeout), cs_message_atom::value,
+        auto left = std::chrono::duration_cast<Timeout>(completer->deadline - std::chrono::steady_clock::now());
+        if (left <= Timeout(0)) {  // the caller has given up, or is about to: not sent
+          completer->call->complete(timedOut("send to the server"));
+          return;
+        }
+        self->request(shared->server, caf::duration(left), cs_message_atom::value,
                       std::move(completer->message))
             .then(
                 [completer](bool queued) {
@@ -673,9 +687,8 @@ namespace {
 caf::error sendThroughAgent(const std::shared_ptr<detail::ClientShared>& shared, caf::message message,
                             Timeout timeout) {
   auto call = std::make_shared<detail::ClientCall>();
-  auto deadline = deadlineOf(timeout);
-  caf::anon_send(shared->agent, std::make_shared<detail::Completer>(call, shared, std::move(message),
-                                                                    std::max(timeout, Timeout(1))));
+  auto deadline = deadlineOf(std::max(timeout, Timeout(1)));
+  caf::anon_send(shared->agent, std::make_shared<detail::Completer>(call, shared, std::move(message), deadline));
   return call->wait(deadline);
 }
 

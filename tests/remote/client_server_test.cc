@@ -19,7 +19,9 @@
 using namespace remote_test;
 using actorpipe::remote::Client;
 using actorpipe::remote::ClientServerOptions;
+using actorpipe::remote::kForever;
 using actorpipe::remote::Server;
+using actorpipe::remote::Timeout;
 using testing::Child;
 
 namespace {
@@ -173,36 +175,46 @@ TEST_CASE("client/server: a client's send that times out says so; later sends an
     CHECK(took < 5s);
   }
   // The timed-out ones still arrive (they were parked at the server), in
-  // order; their late answers go nowhere, and the next send is answered.
+  // order, and before a send without a timeout made after them (another of
+  // the client's actors makes that one); their late answers go nowhere.
+  caf::error untimed = caf::make_error(caf::sec::invalid_argument);
+  std::thread sender([&] { untimed = client->send(caf::make_message(int32_t(4))); });
   caf::message m;
-  for (int32_t i = 0; i <= 3; ++i) {
+  for (int32_t i = 0; i <= 4; ++i) {
     REQUIRE(!server->receive(client->id(), m, 10s));
     CHECK(m.get_as<int32_t>(0) == i);
   }
-  REQUIRE(!client->send(caf::make_message(int32_t(4)), 10s));
+  sender.join();
+  CHECK(!untimed);
+  REQUIRE(!client->send(caf::make_message(int32_t(5)), 10s));
   REQUIRE(!server->receive(client->id(), m, 10s));
-  CHECK(m.get_as<int32_t>(0) == 4);
+  CHECK(m.get_as<int32_t>(0) == 5);
   REQUIRE(!server->send(client->id(), caf::make_message(std::string("back")), 10s));
   REQUIRE(!client->receive(m, 10s));
   CHECK(m.get_as<std::string>(0) == "back");
 }
 
 TEST_CASE("client/server: closing a client ends its send that waits for room, at once") {
-  FullQueue full;
-  auto& client = full.client;
-  caf::error waited;
-  std::atomic<bool> returned{false};
-  std::thread sender([&] {
-    waited = client->send(caf::make_message(int32_t(1)));  // no timeout: waits for room
-    returned = true;
-  });
-  std::this_thread::sleep_for(200ms);
-  CHECK_FALSE(returned.load());
-  auto began = std::chrono::steady_clock::now();
-  client->close();
-  sender.join();
-  CHECK(std::chrono::steady_clock::now() - began < 5s);
-  CHECK(actorpipe::remote::isError(waited, RemoteError::kClosed));
+  // Both kinds: without a timeout (the calling thread's actor asks) and
+  // with one (the client's agent asks, and ends with the close).
+  for (Timeout timeout : {kForever, Timeout(30s)}) {
+    CAPTURE(timeout.count());
+    FullQueue full;
+    auto& client = full.client;
+    caf::error waited;
+    std::atomic<bool> returned{false};
+    std::thread sender([&] {
+      waited = client->send(caf::make_message(int32_t(1)), timeout);  // waits for room
+      returned = true;
+    });
+    std::this_thread::sleep_for(200ms);
+    CHECK_FALSE(returned.load());
+    auto began = std::chrono::steady_clock::now();
+    client->close();
+    sender.join();
+    CHECK(std::chrono::steady_clock::now() - began < 5s);
+    CHECK(actorpipe::remote::isError(waited, RemoteError::kClosed));
+  }
 }
 
 TEST_CASE("client/server: a client waits for a server that starts late; a stranger is refused") {
