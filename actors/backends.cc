@@ -16,10 +16,12 @@ void registerDefaultBackends(Context& context, const DefaultBackends& which) {
   context.registerTransport(0, "tcp", transport::uv::create());
   if (which.shm) context.registerTransport(10, "shm", transport::shm::create());
   context.registerChannel(0, "basic", channel::basic::create());
-  // Offered to every peer; same-host pairs still pick cma or xth (higher
-  // priorities), pairs on different hosts, where cma is not offered, mpt.
+  // Offered to every peer; one process picks xth, same-host pairs basic (or
+  // cma, when registered), pairs on different hosts mpt.
   if (which.mptLanes > 0) context.registerChannel(5, "mpt", channel::mpt::create(which.mptLanes, which.mptHost));
-  if (which.cma) context.registerChannel(10, "cma", channel::cma::create());
+  if (which.cma.value_or(which.mptLanes > 0 && which.shm)) {
+    context.registerChannel(10, "cma", channel::cma::create());
+  }
   if (which.xth) context.registerChannel(20, "xth", channel::xth::create());
   if (which.cuda) {
     context.registerChannel(0, "cuda_basic", channel::cuda_basic::create());

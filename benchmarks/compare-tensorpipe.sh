@@ -55,10 +55,24 @@ unpack() {
   fi
 }
 
+# The revision of a source given as a git repository of its own (bare or
+# not); "?" for a plain tree, even one that sits inside another checkout.
+revision() {
+  local from=$1 top
+  if [[ $(git -C "$from" rev-parse --is-bare-repository 2>/dev/null) == true ]] ||
+     { top=$(git -C "$from" rev-parse --show-toplevel 2>/dev/null) &&
+       [[ -z $(git -C "$from" rev-parse --show-prefix) ]]; }; then
+    git -C "$from" rev-parse --short HEAD 2>/dev/null || echo "?"
+  else
+    echo "?"
+  fi
+}
+
 bench=$work/build/tensorpipe/benchmark/benchmark_pipe
 if [[ ! -x $bench ]]; then
   echo "== building TensorPipe's benchmark_pipe in $work"
   unpack "$tp_src" "$work/src"
+  revision "$tp_src" >"$work/REVISION"
   unpack "$nop_src" "$work/src/third_party/libnop"
   sed -i 's|TP_CUDA_CHECK(cudaStreamSynchronize(data.cudaStream.get()));|if (data.cudaStream) { TP_CUDA_CHECK(cudaStreamSynchronize(data.cudaStream.get())); }|' \
     "$work/src/tensorpipe/benchmark/benchmark_pipe.cc"
@@ -66,7 +80,8 @@ if [[ ! -x $bench ]]; then
     -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DTP_ENABLE_CUDA_IPC=OFF -DTP_ENABLE_CUDA_GDR=OFF -DTP_BUILD_BENCHMARK=ON >/dev/null
   cmake --build "$work/build" --target benchmark_pipe -j "${ACTORPIPE_JOBS:-$(nproc)}"
 fi
-tp_rev=$(git -C "$tp_src" rev-parse --short HEAD 2>/dev/null || echo "?")
+# What was built: the revision recorded then, else the source's own.
+tp_rev=$(cat "$work/REVISION" 2>/dev/null || revision "$tp_src")
 
 # name | TensorPipe's flags | actorpipe-bench's flags. Same round trips and
 # payloads on both sides: 8 B of metadata, or one CPU tensor.
@@ -76,6 +91,7 @@ cases=(
   "tcp + basic, 16 MiB tensor|--transport uv --channel basic --num-tensors 1 --tensor-size 16777216 --tensor-type cpu --num-round-trips 40|--tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
   "shm + cma, 16 MiB tensor|--transport shm --channel cma --num-tensors 1 --tensor-size 16777216 --tensor-type cpu --num-round-trips 40|--transport shm --channel cma --tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
   "shm + cma, 64 MiB tensor|--transport shm --channel cma --num-tensors 1 --tensor-size 67108864 --tensor-type cpu --num-round-trips 12|--transport shm --channel cma --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
+  "shm + basic, 16 MiB tensor|--transport shm --channel basic --num-tensors 1 --tensor-size 16777216 --tensor-type cpu --num-round-trips 40|--transport shm --tensors 1 --tensor-size 16777216 --iterations 40 --warmup 4"
   "shm + basic, 64 MiB tensor|--transport shm --channel basic --num-tensors 1 --tensor-size 67108864 --tensor-type cpu --num-round-trips 12|--transport shm --tensors 1 --tensor-size 67108864 --iterations 12 --warmup 2"
 )
 

@@ -3,7 +3,7 @@
 // table, so every rank computes the same tree without talking.
 //
 // Ranks on one host form a subtree (their links are same-host pipes, which
-// negotiate shm with cma or xth); the lowest rank of each host leads it, and
+// negotiate shm with basic, or xth); the lowest rank of each host leads it, and
 // the leaders form a tree across hosts. Both levels are k-nomial trees
 // (binomial for radix 2), valid for any number of nodes and any radix >= 2.
 #include <string>

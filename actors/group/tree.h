@@ -6,9 +6,10 @@
 //   std::vector<float> grads = ...;
 //   tree->allReduce({tensorOf(grads)}, Reduction::sum());
 //
-// Every link is a Pipe from one Context per rank (uv "tcp", shm, basic, cma,
-// xth): same-host links negotiate shm with cma, links across hosts stay on
-// TCP. See topology.h for the tree's shape.
+// Every link is a Pipe from one Context per rank (uv "tcp", shm, basic, xth;
+// mpt and cma with crossHostLanes): same-host links negotiate shm with basic
+// (cma with lanes), links across hosts stay on TCP. See topology.h for the
+// tree's shape.
 //
 // Results are bit-identical on every rank: contributions are reduced once, up
 // the tree, each node combining its own data and then its children's in a
@@ -65,7 +66,9 @@ struct TreeOptions {
   size_t doublingThreshold{size_t{32} << 10};
   // Links between hosts: 0 keeps them on one TCP connection (uv + basic);
   // N > 0 also offers the mpt channel with N lanes, which links between
-  // hosts then negotiate (same-host links keep cma or xth).
+  // hosts then negotiate (same-host links pick cma or xth: with lanes the
+  // default backends register cma, so that mpt does not win between ranks
+  // of one host; actors/backends.h).
   size_t crossHostLanes{0};
   // When every rank is on one host, allReduce (and barrier) go through one
   // shared-memory segment on the callers' own threads (host_arena.h), cut
@@ -105,7 +108,7 @@ class Tree {
   int size() const;
   const RankInfo& info() const;
   const TreeNode& node() const;
-  // One line per link: "parent 0: shm/cma", "child 3: tcp/basic".
+  // One line per link: "parent 0: shm/basic", "child 3: tcp/basic".
   std::vector<std::string> links() const;
 
   // Every rank ends with op(all contributions) in `tensors`.

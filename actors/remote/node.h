@@ -18,7 +18,7 @@
 // A message to a remote actor is encoded with CAF's inspection (any type
 // registered with add_message_type) and written on the pipe between the two
 // nodes; each Tensor in it travels as a pipe tensor on the channel the two
-// nodes negotiated (xth, cma or shm on one host, tcp or mpt across hosts)
+// nodes negotiated (xth, or shm with basic on one host, tcp or mpt across hosts)
 // and arrives as a Tensor. Order per sender and receiver is kept: one pipe
 // per pair of nodes, read in order.
 //

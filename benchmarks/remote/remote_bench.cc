@@ -355,11 +355,11 @@ int main(int argc, char** argv) {
     bench::Shape smallTensor;
     smallTensor.tensors = 1;
     smallTensor.tensorSize = 32;
-    add("pipe round trip, 32 B tensor, shm + cma", [&] { return pipeRoundTrip(true, smallTensor, o.iterations); }, "us");
+    add("pipe round trip, 32 B tensor, shm + basic", [&] { return pipeRoundTrip(true, smallTensor, o.iterations); }, "us");
     bench::Shape big;
     big.tensors = 1;
     big.tensorSize = kBig;
-    add("pipe 64 MiB tensor echo, shm + cma", [&] {
+    add("pipe 64 MiB tensor echo, shm + basic", [&] {
       double gbps = 0;
       pipeRoundTrip(true, big, o.tensorIterations, &gbps);
       return gbps;
@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
                   med("CAF middleman one-way, int32, tcp"));
   std::printf("  remote 64 MiB echo / pipe 64 MiB echo:            %.2f\n",
               med("remote actor 64 MiB tensor echo, shm") /
-                  med("pipe 64 MiB tensor echo, shm + cma"));
+                  med("pipe 64 MiB tensor echo, shm + basic"));
   std::printf("  client/server tcp / remote request/reply tcp:    %.2f\n",
               med("client/server round trip, int64, nodes, tcp") /
                   med("remote actor request/reply, 8 B, tcp"));

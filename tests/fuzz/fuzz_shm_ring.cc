@@ -6,7 +6,8 @@
 //   1: the peer sets the tail of our outgoing ring (8 bytes, any value)
 //   2: the peer sets that head near where an honest one would be (2 bytes)
 //   3: the peer sets that tail near where an honest one would be (2 bytes)
-//   4: we read n bytes (2 bytes: n) into a buffer of exactly n bytes
+//   4: we read n bytes (2 bytes: n) into a buffer of exactly n bytes (n % 3
+//      picks how the ring copies)
 //   5: we write n bytes (2 bytes: n) from a buffer of exactly n bytes
 //   6: the peer scribbles on our own counters and the capacity fields
 //   7: we ask hasData() / hasSpace()
@@ -25,6 +26,7 @@
 
 #include <actorpipe/transports/shm/ring.h>
 
+using actorpipe::transport::shm::Copy;
 using actorpipe::transport::shm::kRingHeaderSize;
 using actorpipe::transport::shm::Ring;
 using actorpipe::transport::shm::RingHeader;
@@ -145,8 +147,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!in.take(&n, 2)) return 0;
         uint64_t head = incoming.header->head.load();
         bool valid = headValid(head);
-        std::vector<uint8_t> dst(n);
-        size_t got = consumer.read(dst.data(), n);
+        // Each of ring.h's ways to copy (n % 3), into memory n % 16 bytes
+        // past an allocation's start, exactly n bytes long.
+        const size_t offset = n % 16;
+        std::vector<uint8_t> dst(offset + n);
+        const Copy how = n % 3 == 0 ? Copy::kMemcpy : n % 3 == 1 ? Copy::kOwn : Copy::kStreaming;
+        size_t got = consumer.read(dst.data() + offset, n, how);
         checkMove(consumer, valid, consumerBroken, n, got, static_cast<size_t>(head - consumed), head, seenHead,
                   consumed, incoming.header->tail);
         break;

@@ -320,6 +320,14 @@ void checkSlurm(Tree& tree, const SlurmPlacement& placement, int tasksPerGpu) {
   std::printf("rank %d on %s gpu %d:", info.rank, info.host.c_str(), placement.gpu);
   for (const auto& line : tree.links()) std::printf(" [%s]", line.c_str());
   std::printf("\n");
+  // With mpt lanes offered, links between processes of one machine (all of
+  // them here, whatever Slurm says) must not pick mpt's loopback lanes: the
+  // default backends register cma then (actors/backends.h).
+  if (std::getenv("GROUP_CHECK_LANES") != nullptr) {
+    for (const auto& line : tree.links()) {
+      expect(line.find("/mpt") == std::string::npos, "a link on one machine picked mpt: " + line);
+    }
+  }
 }
 
 } // namespace

@@ -151,7 +151,9 @@ void describeStuckChild(pid_t pid) {
 
 std::shared_ptr<Context> makeFullContext(const std::string& name) {
   auto context = std::make_shared<Context>(ContextOptions().name(name));
-  registerDefaultBackends(*context);
+  DefaultBackends backends;
+  backends.cma = true;  // every backend, the one left out by default too
+  registerDefaultBackends(*context, backends);
   return context;
 }
 
