@@ -30,14 +30,18 @@ int echoOn(Child& self, const std::shared_ptr<Context>& context) {
 
 int fullEcho(Child& self) { return echoOn(self, makeFullContext("echo")); }
 
-// The default backends (cma left out).
-std::shared_ptr<Context> defaultContext(const std::string& name) {
-  auto context = std::make_shared<Context>(ContextOptions().name(name));
+// The default backends (cma left out). A poll window of 0: the loop sleeps
+// as soon as it finds nothing to do, so every message finds its reader
+// asleep and a writer must wake it (shm: ShmConnection::pushWrites).
+std::shared_ptr<Context> defaultContext(const std::string& name,
+                                        std::chrono::microseconds pollWindow = ContextOptions().pollWindow()) {
+  auto context = std::make_shared<Context>(ContextOptions().name(name).pollWindow(pollWindow));
   registerDefaultBackends(*context);
   return context;
 }
 
 int defaultEcho(Child& self) { return echoOn(self, defaultContext("echo")); }
+int sleepyEcho(Child& self) { return echoOn(self, defaultContext("echo", std::chrono::microseconds(0))); }
 
 // One message per size, each with a payload and two tensors (sizes[i] and
 // sizes[n - 1 - i] bytes), all written at once; every echo checked.
@@ -217,6 +221,24 @@ TEST_CASE("default backends: same-host peers pick shm and basic, and large tenso
   CHECK(info.transport == "shm");
   CHECK(info.channels["cpu"] == "basic");
   CHECK(joined(info.notes).find("channel cma") == std::string::npos);
+  pipe.reset();
+  context->join();
+  CHECK(child.wait() == 0);
+}
+
+// The same with both loops sleeping whenever idle: each large tensor's
+// first step wakes the reader, and what follows must still arrive whole
+// (a lost wake-up would hang this test until its timeout).
+TEST_CASE("default backends: readers that sleep between messages get large tensors whole") {
+  Child child = Child::spawn(sleepyEcho);
+  std::string url = child.receive();
+  REQUIRE(!url.empty());
+  auto context = defaultContext("client", std::chrono::microseconds(0));
+  auto pipe = context->connect(url);
+  for (int round = 0; round < 3; ++round) {
+    echoSizes(*pipe, {(64u << 10) + 1, (1u << 20) + 7, (4u << 20) + 3});
+  }
+  CHECK(pipe->info().channels["cpu"] == "basic");
   pipe.reset();
   context->join();
   CHECK(child.wait() == 0);

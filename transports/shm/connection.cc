@@ -316,18 +316,33 @@ bool ShmConnection::serveReads() {
 bool ShmConnection::pushWrites() {
   if (!ready_ || error_) return false;
   bool progress = false;
+  bool wokeEarly = false;
   while (!writes_.empty()) {
     WriteOp& op = writes_.front();
     while (op.slice < op.slices.size()) {
       const Slice& s = op.slices[op.slice];
-      size_t n = out_.write(static_cast<const uint8_t*>(s.ptr) + op.offset, s.length - op.offset);
+      size_t want = s.length - op.offset;
+      // A sleeping reader is woken after the first step of a large slice,
+      // not once the ring is full: its wake-up (tens of µs here) overlaps
+      // our copying. Same order as the wake-up below: bytes published,
+      // fence, then the flag.
+      const bool wakeEarly = !wokeEarly && want > kPublishStep &&
+                             out_.header()->consumerSleeping.load(std::memory_order_relaxed) != 0;
+      if (wakeEarly) want = kPublishStep;
+      size_t n = out_.write(static_cast<const uint8_t*>(s.ptr) + op.offset, want);
       if (n > 0) progress = true;
       if (out_.corrupt()) {
         checkRings();  // fails the connection, this write included
         return progress;
       }
+      if (wakeEarly && n > 0) {
+        wokeEarly = true;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (out_.header()->consumerSleeping.load(std::memory_order_relaxed) != 0) kick();
+      }
       op.offset += n;
-      if (op.offset < s.length) break;  // the ring is full
+      if (wakeEarly && n == want) continue;  // the rest of the slice
+      if (op.offset < s.length) break;       // the ring is full
       ++op.slice;
       op.offset = 0;
     }
