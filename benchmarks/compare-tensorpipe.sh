@@ -131,7 +131,7 @@ ap_once() {
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "# TensorPipe $tp_rev (benchmark_pipe) against actorpipe $(git -C "$root" rev-parse --short HEAD) (actorpipe-bench)"
+echo "# TensorPipe $tp_rev (benchmark_pipe) against actorpipe $(git -C "$root" describe --always --dirty) (actorpipe-bench)"
 echo "# $(nproc) CPUs, $(date -u '+%Y-%m-%d %H:%M UTC'), $rounds rounds alternating, medians of the rounds' p50s"
 printf '%-30s %14s %14s %8s\n' "case" "TensorPipe us" "actorpipe us" "ratio"
 for entry in "${cases[@]}"; do

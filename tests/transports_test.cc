@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
+#include <memory>
 #include <new>
 #include <thread>
 #include <vector>
@@ -155,6 +157,82 @@ TEST_CASE("a loop-only method called from another thread breaks a contract check
   REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
 }
 
+// A read callback that asks for the next operation posts it; the loop runs
+// it in the same drain instead of after a poll of every poller (which was on
+// each message's path). Bounded: a task that posts itself forever still
+// lets the pollers (the shm rings, the sockets' turn) run.
+TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number of rounds deep") {
+  using actorpipe::detail::Loop;
+  struct CountingPoller : Loop::Poller {
+    std::atomic<int> polls{0};
+    std::function<void()> onPoll;  // run once, from a poll: outside any drain
+    bool poll() override {
+      ++polls;
+      if (auto fn = std::exchange(onPoll, nullptr)) fn();
+      return false;
+    }
+    bool prepareToSleep() override { return true; }
+    void awake() override {}
+  };
+  CountingPoller poller;
+  Loop loop("drain");
+  std::promise<void> added;
+  loop.post([&] {
+    loop.addPoller(&poller);
+    added.set_value();
+  });
+  added.get_future().wait();
+
+  // A chain as deep as the bound, started from a poll so that its first
+  // link opens a drain: no poll between its links.
+  std::promise<std::vector<int>> chain;
+  loop.post([&] {
+    poller.onPoll = [&] {
+      loop.post([&] {
+        auto seen = std::make_shared<std::vector<int>>();
+        auto link = std::make_shared<std::function<void()>>();
+        *link = [&, seen, weak = std::weak_ptr<std::function<void()>>(link)] {
+          seen->push_back(poller.polls.load());
+          if (static_cast<int>(seen->size()) == Loop::kDrainRounds) return chain.set_value(*seen);
+          loop.post([next = weak.lock()] { (*next)(); });
+        };
+        (*link)();
+      });
+    };
+  });
+  auto chainFuture = chain.get_future();
+  REQUIRE(chainFuture.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  std::vector<int> seen = chainFuture.get();
+  REQUIRE(seen.size() == static_cast<size_t>(Loop::kDrainRounds));
+  for (int polls : seen) CHECK(polls == seen.front());
+
+  // A task that posts itself again and again: the poller keeps being polled.
+  std::promise<std::pair<int, int>> spun;
+  auto runs = std::make_shared<int>(0);
+  auto start = std::make_shared<int>(0);
+  std::function<void()> spin = [&, runs, start] {
+    if ((*runs)++ == 0) *start = poller.polls.load();
+    if (poller.polls.load() - *start >= 50 || *runs >= 100000) {
+      spun.set_value({*runs, poller.polls.load() - *start});
+      return;
+    }
+    loop.post(spin);
+  };
+  loop.post(spin);
+  auto spunFuture = spun.get_future();
+  REQUIRE(spunFuture.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto [spins, polls] = spunFuture.get();
+  CHECK(polls >= 50);
+  CHECK(spins <= 50 * Loop::kDrainRounds + Loop::kDrainRounds);
+  std::promise<void> removed;
+  loop.post([&] {
+    loop.removePoller(&poller);
+    removed.set_value();
+  });
+  removed.get_future().wait();
+  loop.stop();
+}
+
 // The contract every transport's connection keeps through their shared base
 // (transports/detail/connection_base.h): once closed, the peer-gone notice
 // fires once with the close's reason, and reads and writes asked later fail
@@ -289,31 +367,34 @@ TEST_CASE("shm ring: large copies move in steps, wrap inside a step, arrive inta
   CHECK(memory.header->tail.load() == sent.size());
   CHECK(std::memcmp(sent.data(), got.data(), sent.size()) == 0);
 
-  // A consumer thread watches the head while this thread writes 8 steps at
+  // A consumer thread watches the head while this thread writes 32 steps at
   // once; it must see a value between the start and the end of the write at
-  // least once. A thread may be descheduled through one write, so up to 200
-  // tries (each about 20 µs of copying here).
-  RingMemory second(capacity);
-  Ring writer(second.base, capacity);
-  Ring reader(second.base, capacity);
-  std::vector<uint8_t> buffer(capacity);
+  // least once. Either thread may be descheduled through a whole write (the
+  // suite runs two tests at a time on two CPUs), so it tries again, for up
+  // to 10 s (a try is about 150 µs of copying here).
+  const size_t big = 32 * kPublishStep;
+  RingMemory second(big);
+  Ring writer(second.base, big);
+  Ring reader(second.base, big);
+  std::vector<uint8_t> buffer(big);
   bool sawPart = false;
   bool movedAll = true;
-  for (int attempt = 0; attempt < 200 && !sawPart && movedAll; ++attempt) {
+  const auto giveUp = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!sawPart && movedAll && std::chrono::steady_clock::now() < giveUp) {
     const uint64_t before = second.header->head.load();
     std::atomic<bool> watching{false}, done{false}, part{false};
     std::thread watcher([&] {
       watching = true;
       while (!done.load()) {
         uint64_t head = second.header->head.load(std::memory_order_acquire);
-        if (head > before && head < before + capacity) part = true;
+        if (head > before && head < before + big) part = true;
       }
     });
     while (!watching.load()) std::this_thread::yield();
-    movedAll = writer.write(buffer.data(), capacity) == capacity;
+    movedAll = writer.write(buffer.data(), big) == big;
     done = true;
     watcher.join();
-    movedAll = movedAll && reader.read(buffer.data(), capacity) == capacity;
+    movedAll = movedAll && reader.read(buffer.data(), big) == big;
     sawPart = part.load();
   }
   CHECK(movedAll);

@@ -90,31 +90,39 @@ bool Loop::drainQueue() {
   if (!queued_.load(std::memory_order_acquire)) {
     return false;
   }
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    batch_.swap(queue_);
-    queued_.store(false, std::memory_order_relaxed);
-  }
-  if (batch_.empty()) {
-    return false;
-  }
-  noteActivity();
-  // By index, and cleared only after: a task may post (to queue_), never
-  // drain, so batch_ stays put while it runs.
-  for (size_t i = 0; i < batch_.size(); ++i) {
-    Task& task = batch_[i];
-    // A user callback that throws must not take the loop (and every pipe on
-    // it) down with it: report and carry on.
-    try {
-      task();
-    } catch (const std::exception& e) {
-      ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
-    } catch (...) {
-      ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
+  // What the tasks post runs in this drain too, behind them, a few rounds
+  // deep: a pipe's callback that asks for the next read or write posts it
+  // (PipeCore::postNext), and waiting for the next turn put a poll of every
+  // poller (a look at each peer's ring counters) on the message's path,
+  // twice per message. Bounded, so that a task that posts itself again and
+  // again cannot keep the pollers and sockets waiting.
+  bool ran = false;
+  for (int round = 0; round < kDrainRounds && queued_.load(std::memory_order_acquire); ++round) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      batch_.swap(queue_);
+      queued_.store(false, std::memory_order_relaxed);
     }
+    if (batch_.empty()) break;
+    if (!ran) noteActivity();
+    ran = true;
+    // By index, and cleared only after: a task may post (to queue_), never
+    // drain, so batch_ stays put while it runs.
+    for (size_t i = 0; i < batch_.size(); ++i) {
+      Task& task = batch_[i];
+      // A user callback that throws must not take the loop (and every pipe on
+      // it) down with it: report and carry on.
+      try {
+        task();
+      } catch (const std::exception& e) {
+        ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
+      } catch (...) {
+        ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
+      }
+    }
+    batch_.clear();
   }
-  batch_.clear();
-  return true;
+  return ran;
 }
 
 struct Loop::Timer {

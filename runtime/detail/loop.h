@@ -43,6 +43,10 @@ class Loop {
     virtual void awake() = 0;
   };
 
+  // Tasks posted by the loop's own tasks run in the same drain, behind
+  // them, this many rounds deep before the pollers get their turn.
+  static constexpr int kDrainRounds = 4;
+
   explicit Loop(std::string name);
   ~Loop();
   Loop(const Loop&) = delete;
