@@ -174,7 +174,12 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
     bool prepareToSleep() override { return true; }
     void awake() override {}
   };
+  // Declared before the loop: tasks still queued when a REQUIRE fails
+  // refer to them, and the loop's destructor stops it first.
   CountingPoller poller;
+  std::promise<std::vector<int>> chain;
+  std::promise<std::pair<int, int>> spun;
+  std::function<void()> spin;
   Loop loop("drain");
   std::promise<void> added;
   loop.post([&] {
@@ -185,7 +190,6 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
 
   // A chain as deep as the bound, started from a poll so that its first
   // link opens a drain: no poll between its links.
-  std::promise<std::vector<int>> chain;
   loop.post([&] {
     poller.onPoll = [&] {
       loop.post([&] {
@@ -207,10 +211,9 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   for (int polls : seen) CHECK(polls == seen.front());
 
   // A task that posts itself again and again: the poller keeps being polled.
-  std::promise<std::pair<int, int>> spun;
   auto runs = std::make_shared<int>(0);
   auto start = std::make_shared<int>(0);
-  std::function<void()> spin = [&, runs, start] {
+  spin = [&, runs, start] {
     if ((*runs)++ == 0) *start = poller.polls.load();
     if (poller.polls.load() - *start >= 50 || *runs >= 100000) {
       spun.set_value({*runs, poller.polls.load() - *start});
