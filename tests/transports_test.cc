@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -236,30 +237,97 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   loop.stop();
 }
 
+// The loop takes its own posts without the queue's lock (Loop::local_), and
+// still runs every task in the order the posts were made when a task and
+// another thread post at the same time, both ways round: a post the loop
+// made before another thread's runs before it, and one it made after seeing
+// another thread's post runs after it.
+TEST_CASE("a loop runs its own posts and other threads' posts in the order they were made") {
+  using actorpipe::detail::Loop;
+  auto waitFor = [](const std::atomic<bool>& flag) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!flag.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return flag.load();
+  };
+  for (bool loopFirst : {true, false}) {
+    CAPTURE(loopFirst);
+    std::vector<char> order;  // loop thread only
+    std::promise<std::vector<char>> done;
+    std::atomic<bool> running{false}, loopPosted{false}, otherPosted{false}, waited{true};
+    auto record = [&](char task) {
+      order.push_back(task);
+      if (order.size() == 2) done.set_value(order);
+    };
+    auto a = [&] { record('A'); };
+    auto b = [&] { record('B'); };
+    Loop loop("order");  // after what its tasks refer to: stopped first
+    std::thread other([&] {
+      waited = waitFor(loopFirst ? loopPosted : running) && waited;
+      loop.post(b);
+      otherPosted = true;
+    });
+    loop.post([&] {
+      // Both posts land while this task runs, so the next round of the
+      // same drain holds both.
+      running = true;
+      if (loopFirst) {
+        loop.post(a);
+        loopPosted = true;
+        waited = waitFor(otherPosted) && waited;
+      } else {
+        waited = waitFor(otherPosted) && waited;
+        loop.post(a);
+      }
+    });
+    other.join();
+    auto future = done.get_future();
+    REQUIRE(future.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(waited.load());
+    CHECK(future.get() == (loopFirst ? std::vector<char>{'A', 'B'} : std::vector<char>{'B', 'A'}));
+    loop.stop();
+  }
+}
+
 // The contract every transport's connection keeps through their shared base
 // (transports/detail/connection_base.h): once closed, the peer-gone notice
 // fires once with the close's reason, and reads and writes asked later fail
 // with that reason on the loop's next turn, in the order they were asked,
 // never inside the call that asked.
+namespace {
+// A uv and an shm transport, each with a connection and its accepted end.
+struct ConnectionCase {
+  const char* name;
+  std::shared_ptr<transport::Context> context;
+  std::string address;
+  std::shared_ptr<transport::Listener> listener;
+  std::shared_ptr<transport::Connection> client;
+  std::shared_ptr<transport::Connection> server;
+};
+std::vector<ConnectionCase> connectionCases() {
+  return {ConnectionCase{"uv", transport::uv::create(), "127.0.0.1:0"},
+          ConnectionCase{"shm", transport::shm::create(), ""}};
+}
+void connectPair(ConnectionCase& c) {
+  c.listener = c.context->listen(c.address);
+  REQUIRE(!c.listener->addr().empty());
+  auto accepted = std::make_shared<std::promise<std::shared_ptr<transport::Connection>>>();
+  c.listener->accept([accepted](const Error& e, std::shared_ptr<transport::Connection> conn) {
+    accepted->set_value(e ? nullptr : conn);
+  });
+  c.client = c.context->connect(c.listener->addr());
+  auto acceptedFuture = accepted->get_future();
+  REQUIRE(acceptedFuture.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  c.server = acceptedFuture.get();
+  REQUIRE(c.server != nullptr);
+}
+}  // namespace
+
 TEST_CASE("a closed connection fails later operations with its reason, on the next turn, in order") {
-  struct Case {
-    const char* name;
-    std::shared_ptr<transport::Context> context;
-    std::string address;
-  };
-  for (Case c : {Case{"uv", transport::uv::create(), "127.0.0.1:0"}, Case{"shm", transport::shm::create(), ""}}) {
+  for (ConnectionCase c : connectionCases()) {
     CAPTURE(c.name);
-    auto listener = c.context->listen(c.address);
-    REQUIRE(!listener->addr().empty());
-    std::promise<std::shared_ptr<transport::Connection>> accepted;
-    listener->accept([&](const Error& e, std::shared_ptr<transport::Connection> conn) {
-      accepted.set_value(e ? nullptr : conn);
-    });
-    auto conn = c.context->connect(listener->addr());
-    auto acceptedFuture = accepted.get_future();
-    REQUIRE(acceptedFuture.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-    auto server = acceptedFuture.get();
-    REQUIRE(server != nullptr);
+    connectPair(c);
+    auto conn = c.client;
+    auto server = c.server;
 
     std::atomic<int> notices{0};
     Error notice;
@@ -305,6 +373,89 @@ TEST_CASE("a closed connection fails later operations with its reason, on the ne
     c.context->close();
     c.context->join();
     CHECK(notices == 1);
+  }
+}
+
+// Connection::readNow, which a pipe uses to take a small frame's body with
+// its header: inside a read's callback it takes exactly the bytes asked for
+// when they are all here, and otherwise takes nothing (a later read() gets
+// them, in order); outside a read's callback it takes nothing.
+TEST_CASE("readNow takes what is here inside a read's callback, and nothing otherwise") {
+  for (ConnectionCase c : connectionCases()) {
+    CAPTURE(c.name);
+    connectPair(c);
+    // What the callbacks refer to outlives the loop, so that a REQUIRE that
+    // fails leaves no callback behind with dangling references.
+    std::deque<std::promise<std::string>> results;
+    char header[8];
+    char body[9] = {};
+    struct JoinFirst {
+      std::shared_ptr<transport::Context> context;
+      ~JoinFirst() {
+        context->close();
+        context->join();
+      }
+    } joinFirst{c.context};
+    auto onLoop = [&](std::function<void(std::promise<std::string>&)> fn) {
+      std::promise<std::string>& result = results.emplace_back();
+      auto future = result.get_future();
+      c.context->loop().post([&result, fn] { fn(result); });
+      REQUIRE(future.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+      return future.get();
+    };
+    auto send = [&](const std::string& bytes) {
+      auto copy = std::make_shared<std::string>(bytes);
+      auto sent = std::make_shared<std::promise<bool>>();
+      c.client->write(copy->data(), copy->size(), [sent, copy](const Error& e) { sent->set_value(!e); });
+      auto future = sent->get_future();
+      REQUIRE(future.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+      REQUIRE(future.get());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // arrived, read ahead into staging (uv)
+    };
+
+    // Reads 8 bytes, then asks readNow for 8 more inside the callback:
+    // "<header> <body>" if taken, "<header> refused" if not.
+    auto headerThenReadNow = [&] {
+      return onLoop([&](std::promise<std::string>& result) {
+        c.server->read(header, 8, [&](const Error& e) {
+          if (e) return result.set_value("error " + e.what());
+          const bool taken = c.server->readNow(body, 8);
+          result.set_value(std::string(header, 8) + " " + (taken ? std::string(body, 8) : "refused"));
+        });
+      });
+    };
+    // The body is here: taken inside the header's callback.
+    send("HEADER01BODYBODY");
+    CHECK(headerThenReadNow() == "HEADER01 BODYBODY");
+
+    // Not here yet: nothing taken, and a read gets it once it comes.
+    send("HEADER02");
+    CHECK(headerThenReadNow() == "HEADER02 refused");
+    send("LATEBODY" "HEADER03");
+    // Outside a read's callback: nothing taken though the bytes are here.
+    CHECK(onLoop([&](std::promise<std::string>& result) {
+            result.set_value(c.server->readNow(body, 8) ? "taken" : "refused");
+          }) == "refused");
+    CHECK(onLoop([&](std::promise<std::string>& result) {
+            c.server->read(body, 8, [&](const Error& e) {
+              if (e) return result.set_value("error " + e.what());
+              c.server->read(header, 8, [&](const Error& e) {
+                if (e) return result.set_value("error " + e.what());
+                result.set_value(std::string(body, 8) + std::string(header, 8));
+              });
+            });
+          }) == "LATEBODYHEADER03");
+    // Part of the body here: nothing taken, the whole of it read later.
+    send("HEADER04HALF");
+    CHECK(headerThenReadNow() == "HEADER04 refused");
+    send("BODY");
+    CHECK(onLoop([&](std::promise<std::string>& result) {
+            c.server->read(body, 8, [&](const Error& e) {
+              result.set_value(e ? "error " + e.what() : std::string(body, 8));
+            });
+          }) == "HALFBODY");
+    c.client->close();
+    c.server->close();
   }
 }
 

@@ -52,6 +52,31 @@ TEST_CASE("a message as sent is its header and its body, in one string") {
   }
 }
 
+// A pipe encodes each message into the string of the one before and
+// decodes it over the frame of the one before: nothing of the last message
+// may show through (more tensors, a target device, longer strings).
+TEST_CASE("a message encoded and decoded over the last one is the message alone") {
+  MessageFrame small;
+  small.descriptor.metadata = "m";
+  small.descriptor.tensors.push_back({3, Device{kCpuDeviceType, 0}, nullopt, "t"});
+  small.routes.push_back({"cma", false, ""});
+  std::string framed = encodeMessage(sample());
+  encodeMessage(small, framed);
+  CHECK(framed == encodeMessage(small));
+  MessageFrame reused;
+  std::string big = encode(sample());
+  REQUIRE(!decode(bytes(big), big.size(), Limits(), reused));
+  const std::string body = encode(small);
+  REQUIRE(!decode(bytes(body), body.size(), Limits(), reused));
+  CHECK(encode(reused) == body);
+  CHECK(reused.descriptor.payloads.empty());
+  REQUIRE(reused.descriptor.tensors.size() == 1);
+  CHECK(!reused.descriptor.tensors[0].targetDevice);
+  CHECK(reused.descriptor.tensors[0].metadata == "t");
+  CHECK(!reused.routes[0].inlineData);
+  CHECK(reused.routes[0].channelDescriptor.empty());
+}
+
 TEST_CASE("hello and welcome round-trip") {
   Hello h{"ctx", {{"tcp", 3, "tcp", {}, ""}}, {{"cma", -2, "any", {"cpu"}, "1:2:3"}}};
   std::string body = encode(h);

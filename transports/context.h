@@ -95,6 +95,13 @@ class Connection {
   // Reads exactly `length` bytes into `ptr`. Reads complete in the order they
   // were asked for; so do writes.
   virtual void read(void* ptr, size_t length, read_callback_fn fn) = 0;
+  // Loop thread, and only inside one of this connection's read callbacks:
+  // reads exactly `length` bytes into `ptr` and returns true if they are
+  // here already, with no read queued before them; otherwise reads nothing
+  // and returns false (ask with read() then). What a frame's header says
+  // follows it has usually arrived with it: taking it at once saves a
+  // queued read and its callback per message.
+  virtual bool readNow(void* /*ptr*/, size_t /*length*/) { return false; }
   // Writes the slices back to back. Their memory must stay valid until `fn`.
   virtual void write(Slices slices, write_callback_fn fn) = 0;
   void write(const void* ptr, size_t length, write_callback_fn fn) {

@@ -41,6 +41,12 @@ namespace {
 // to leave (a peer that shut only its sending side still reads them) before
 // the pipe fails and drops them.
 constexpr std::chrono::milliseconds kPeerGoneLinger{5000};
+// Frame bodies up to this size are taken at once when they are here already
+// (Connection::readNow); larger ones are read in chunks as they arrive.
+constexpr size_t kBodyNowMax = 64 * 1024;
+// A decoded frame whose body was at most this large is decoded over by the
+// next message (PipeCore::onFrame).
+constexpr size_t kReuseFrameMax = 4 * 1024;
 
 void bouncePipeMessage(caf::mailbox_element& element) {
   Error error = ACTORPIPE_ERROR(ContextClosedError);
@@ -200,17 +206,18 @@ void PipeCore::spawnActor() {
 // dispatch): about a tenth of a small round trip's work (docs/benchmarks.md,
 // "Where a small round trip's time goes"). From any other thread an operation
 // is a message to the actor. `task(core, refused)` gets the core, or null and
-// why not: the pipe is gone, or the loop runs no more tasks.
+// why not: the loop runs no more tasks.
 template <class Op>
 void PipeCore::postNext(Op op) {
-  // The closure (the operation's arguments and a weak reference) fits in a
-  // Loop::Task: no allocation. It is made only once the loop accepts it, so
-  // a refused operation is still here to fail.
+  // The closure (the operation's arguments and a reference to the pipe)
+  // fits in a Loop::Task: no allocation. It is made only once the loop
+  // accepts it, so a refused operation is still here to fail. The reference
+  // is strong: the operation reaches the pipe even if the user let go of it
+  // meanwhile, and the close that letting go asks for ends it as it ends
+  // any pending operation (the weak reference this was cost two more atomic
+  // operations and a compare-and-swap per operation).
   const bool posted = loop_->postMade([&] {
-    return [core = weak_from_this(), op = std::move(op)]() mutable {
-      if (auto alive = core.lock()) op(alive.get(), Error());
-      else op(nullptr, ACTORPIPE_ERROR(PipeClosedError));
-    };
+    return [core = shared_from_this(), op = std::move(op)]() mutable { op(core.get(), Error()); };
   });
   if (!posted) op(nullptr, ACTORPIPE_ERROR(ContextClosedError));
 }
@@ -434,7 +441,7 @@ void PipeCore::sendWrite(WriteOp& op) {
   for (const auto& s : inlineData) slices.push_back(s);
   op.onWire = true;
   if (!staged.empty()) return sendStaged(op, slices, staged);
-  connection_->write(std::move(slices), [self, seq = op.seq](const Error& e) { self->wireDone(seq, e); });
+  connection_->write(std::move(slices), [self = std::move(self), seq = op.seq](const Error& e) { self->wireDone(seq, e); });
 }
 
 void PipeCore::writePartDone(uint64_t seq, const Error& e) {
@@ -490,14 +497,17 @@ void PipeCore::advanceReads() {
     return;
   }
   readState_ = ReadState::kReadingHeader;
-  auto self = shared_from_this();
-  connection_->read(header_, wire::kHeaderSize, [self](const Error& e) {
+  connection_->read(header_, wire::kHeaderSize, [self = shared_from_this()](const Error& e) mutable {
     if (e) return self->fail(e);
-    if (!self->error_) self->onHeader();
+    if (self->error_) return;
+    PipeCore* core = self.get();
+    core->onHeader(std::move(self));
   });
 }
 
-void PipeCore::onHeader() {
+// `self`: the header read's reference, handed on to the body's read (one
+// atomic increment and decrement less per message than a fresh one).
+void PipeCore::onHeader(std::shared_ptr<PipeCore> self) {
   wire::FrameHeader header;
   if (auto error = wire::decodeHeader(header_, context_->limits(), header)) return fail(error);
   if (header.type != wire::FrameType::kMessage) {
@@ -506,15 +516,26 @@ void PipeCore::onHeader() {
                                                    " after the handshake"));
   }
   readState_ = ReadState::kReadingFrame;
-  auto self = shared_from_this();
-  readBody(connection_, &frameBody_, header.length, [self](const Error& e) {
+  // A small frame's body has usually arrived with its header: taken at
+  // once, without a queued read and its callback. (The buffer is sized as
+  // the chunked read below sizes its first chunk.)
+  if (header.length <= kBodyNowMax) {
+    frameBody_.resize(header.length);
+    if (header.length == 0 || connection_->readNow(frameBody_.data(), header.length)) return onFrame();
+  }
+  readBody(connection_, &frameBody_, header.length, [self = std::move(self)](const Error& e) {
     if (e) return self->fail(e);
     if (!self->error_) self->onFrame();
   });
 }
 
 void PipeCore::onFrame() {
-  frame_ = wire::MessageFrame();
+  // Decoded over the last message's frame when that one was small, reusing
+  // its strings' and lists' memory; a large one's is let go (a decoded entry
+  // takes several times its bytes on the wire, and would be held for the
+  // pipe's life).
+  if (lastFrameBody_ > kReuseFrameMax) frame_ = wire::MessageFrame();
+  lastFrameBody_ = frameBody_.size();
   if (auto error = wire::decode(frameBody_.data(), frameBody_.size(), context_->limits(), frame_)) {
     return fail(error);
   }

@@ -268,7 +268,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   bool writesOnWire();
 
   void advanceReads();
-  void onHeader();
+  void onHeader(std::shared_ptr<PipeCore> self);
   void onFrame();
   Error checkAllocation(const Allocation& allocation) const;
   void flushReads();
@@ -330,6 +330,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   Operations<ReadOp> reads_;
   uint8_t header_[wire::kHeaderSize];
   std::vector<uint8_t> frameBody_;
+  size_t lastFrameBody_{0};  // the body size frame_ was decoded from
   wire::MessageFrame frame_;
   size_t dataReadsLeft_{0};
 

@@ -6,6 +6,7 @@
 // before it copies anything; its first failure sticks, every later read
 // returns a zero value, and the decoder asks finish() once at the end.
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include <actorpipe/runtime/device.h>
@@ -27,11 +28,17 @@ class Writer {
   // keeps one buffer: no allocation once it is large enough).
   Writer(std::string&& reuse, size_t prefix) : out_(std::move(reuse)) { out_.assign(prefix, '\0'); }
   void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  // Whole integers at once: one capacity check per field, not one per byte
+  // (a small message's frame is mostly these).
   void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+    char b[4];
+    for (int i = 0; i < 4; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    out_.append(b, 4);
   }
   void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+    char b[8];
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+    out_.append(b, 8);
   }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
   void str(const std::string& s) {
@@ -47,6 +54,57 @@ class Writer {
 
  private:
   std::string out_;
+};
+
+// The same vocabulary, for a frame built in two passes (wire.cc's message
+// frames): SizeCounter adds up what the fields take, SpanWriter writes them
+// into memory sized from that count. No capacity check and no library call
+// per field; a small message's frame is built in about a third of the
+// instructions the appending Writer took.
+class SizeCounter {
+ public:
+  void u8(uint8_t) { n_ += 1; }
+  void u32(uint32_t) { n_ += 4; }
+  void u64(uint64_t) { n_ += 8; }
+  void i64(int64_t) { n_ += 8; }
+  void str(const std::string& s) { n_ += 4 + s.size(); }
+  void device(const Device& d) {
+    str(d.type);
+    u32(0);
+  }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_{0};
+};
+
+class SpanWriter {
+ public:
+  // `p` has room for what a SizeCounter counted for the same fields.
+  explicit SpanWriter(char* p) : p_(p) {}
+  void u8(uint8_t v) { *p_++ = static_cast<char>(v); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) p_[i] = static_cast<char>(v >> (8 * i));
+    p_ += 4;
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) p_[i] = static_cast<char>(v >> (8 * i));
+    p_ += 8;
+  }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    if (!s.empty()) std::memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
+  void device(const Device& d) {
+    str(d.type);
+    u32(static_cast<uint32_t>(d.index));
+  }
+  char* end() const { return p_; }
+
+ private:
+  char* p_;
 };
 
 // Reads bounded fields; the first failure sticks and every later read
@@ -75,11 +133,21 @@ class Reader {
   }
   int64_t i64() { return static_cast<int64_t>(u64()); }
   std::string str(const char* what) {
-    uint32_t n = u32();
-    if (!need(n, what)) return {};
-    std::string s(reinterpret_cast<const char*>(p_), n);
-    p_ += n;
+    std::string s;
+    str(s, what);
     return s;
+  }
+  // Into `out`, in its memory where it is large enough (a decoder that
+  // keeps its frame between messages allocates nothing for small strings
+  // or for ones no longer than last time).
+  void str(std::string& out, const char* what) {
+    uint32_t n = u32();
+    if (!need(n, what)) {
+      out.clear();
+      return;
+    }
+    out.assign(reinterpret_cast<const char*>(p_), n);
+    p_ += n;
   }
   // `n` bytes where they are (valid while the input is); nullptr once failed.
   const uint8_t* view(size_t n, const char* what) {
@@ -90,9 +158,12 @@ class Reader {
   }
   Device device() {
     Device d;
-    d.type = str("device type");
-    d.index = static_cast<int>(u32());
+    device(d);
     return d;
+  }
+  void device(Device& d) {
+    str(d.type, "device type");
+    d.index = static_cast<int>(u32());
   }
   // A count of entries each at least `minEntry` bytes long: refuses counts
   // the remaining bytes could not hold, so no reserve() can be abused.

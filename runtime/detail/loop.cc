@@ -57,6 +57,11 @@ Loop::~Loop() {
 }
 
 bool Loop::post(Task task) {
+  if (inLoop() && !queued_.load(std::memory_order_acquire)) {
+    if (finished_) return false;
+    local_.push_back(std::move(task));
+    return true;
+  }
   {
     std::lock_guard<std::mutex> guard(mutex_);
     // Accepted until the loop has drained its queue for the last time: a
@@ -87,7 +92,7 @@ void Loop::onAsync(uv_async_s* handle) {
 
 bool Loop::drainQueue() {
   // Checked without the lock on every turn of a polling loop.
-  if (!queued_.load(std::memory_order_acquire)) {
+  if (local_.empty() && !queued_.load(std::memory_order_acquire)) {
     return false;
   }
   // What the tasks post runs in this drain too, behind them, a few rounds
@@ -96,33 +101,42 @@ bool Loop::drainQueue() {
   // poller (a look at each peer's ring counters) on the message's path,
   // twice per message. Bounded, so that a task that posts itself again and
   // again cannot keep the pollers and sockets waiting.
+  // The loop's own posts (local_) were all made while queue_ was empty, so
+  // before whatever queue_ holds now: they run first, then queue_'s. Posts
+  // made while these run wait for the next round.
   bool ran = false;
-  for (int round = 0; round < kDrainRounds && queued_.load(std::memory_order_acquire); ++round) {
-    {
+  for (int round = 0; round < kDrainRounds; ++round) {
+    localBatch_.swap(local_);
+    if (queued_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard(mutex_);
       batch_.swap(queue_);
       queued_.store(false, std::memory_order_relaxed);
     }
-    if (batch_.empty()) break;
+    if (localBatch_.empty() && batch_.empty()) break;
     if (!ran) noteActivity();
     ran = true;
-    // By index, and cleared only after: a task may post (to queue_), never
-    // drain, so batch_ stays put while it runs.
-    for (size_t i = 0; i < batch_.size(); ++i) {
-      Task& task = batch_[i];
-      // A user callback that throws must not take the loop (and every pipe on
-      // it) down with it: report and carry on.
-      try {
-        task();
-      } catch (const std::exception& e) {
-        ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
-      } catch (...) {
-        ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
-      }
-    }
-    batch_.clear();
+    runBatch(localBatch_);
+    runBatch(batch_);
   }
   return ran;
+}
+
+void Loop::runBatch(std::vector<Task>& batch) {
+  // By index, and cleared only after: a task may post (to local_ or
+  // queue_), never drain, so the batch stays put while it runs.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Task& task = batch[i];
+    // A user callback that throws must not take the loop (and every pipe on
+    // it) down with it: report and carry on.
+    try {
+      task();
+    } catch (const std::exception& e) {
+      ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
+    } catch (...) {
+      ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
+    }
+  }
+  batch.clear();
 }
 
 struct Loop::Timer {
@@ -222,7 +236,7 @@ void Loop::run() {
     worked = pollPollers() || worked;
     if (stopping_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard(mutex_);
-      if (queue_.empty()) {
+      if (queue_.empty() && local_.empty()) {
         finished_ = true;
         break;
       }
@@ -269,7 +283,7 @@ void Loop::run() {
     bool empty;
     {
       std::lock_guard<std::mutex> guard(mutex_);
-      empty = queue_.empty();
+      empty = queue_.empty() && local_.empty();
     }
     if (empty && prepareToSleep()) {
       uv_run(loop_, UV_RUN_ONCE);

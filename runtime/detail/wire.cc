@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include <actorpipe/runtime/detail/check.h>
 #include <actorpipe/runtime/detail/codec.h>
 
 namespace actorpipe::wire {
@@ -42,13 +43,21 @@ void readOffers(Reader& r, const Limits& limits, std::vector<Offer>& offers, boo
 
 }  // namespace
 
-std::string encodeHeader(FrameType type, size_t bodyLength) {
-  std::string h(kHeaderSize, '\0');
+namespace {
+
+void putHeader(char* h, FrameType type, size_t bodyLength) {
   h[0] = static_cast<char>(kMagic0);
   h[1] = static_cast<char>(kMagic1);
   h[2] = static_cast<char>(kVersion);
   h[3] = static_cast<char>(type);
   for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<char>(uint32_t(bodyLength) >> (8 * i));
+}
+
+}  // namespace
+
+std::string encodeHeader(FrameType type, size_t bodyLength) {
+  std::string h(kHeaderSize, '\0');
+  putHeader(&h[0], type, bodyLength);
   return h;
 }
 
@@ -111,7 +120,8 @@ std::string encode(const Reject& reject) {
 
 namespace {
 
-void writeMessage(Writer& w, const MessageFrame& frame) {
+template <class W>
+void writeMessage(W& w, const MessageFrame& frame) {
   const Descriptor& d = frame.descriptor;
   w.str(d.metadata);
   w.u32(static_cast<uint32_t>(d.payloads.size()));
@@ -150,12 +160,13 @@ std::string encodeMessage(const MessageFrame& frame) {
 }
 
 void encodeMessage(const MessageFrame& frame, std::string& out) {
-  Writer w(std::move(out), kHeaderSize);
+  SizeCounter count;
+  writeMessage(count, frame);
+  out.resize(kHeaderSize + count.size());
+  SpanWriter w(&out[kHeaderSize]);
   writeMessage(w, frame);
-  std::string& bytes = w.bytes();
-  const std::string header = encodeHeader(FrameType::kMessage, bytes.size() - kHeaderSize);
-  bytes.replace(0, kHeaderSize, header);
-  out = w.take();
+  ACTORPIPE_DCHECK(w.end() == out.data() + out.size());
+  putHeader(&out[0], FrameType::kMessage, count.size());
 }
 
 Error decode(const uint8_t* body, size_t length, const Limits& limits, Hello& out) {
@@ -235,10 +246,12 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, Auth& out
   return r.finish("auth");
 }
 
+// Every field of `out` is written (a pipe decodes each message into the
+// frame of the one before, reusing its strings' memory).
 Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFrame& out) {
   Reader r(body, length);
   Descriptor& d = out.descriptor;
-  d.metadata = r.str("metadata");
+  r.str(d.metadata, "metadata");
   uint32_t np = r.count(12, limits.maxEntries, "payload");
   d.payloads.resize(np);
   size_t total = 0;
@@ -249,7 +262,7 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFr
   };
   for (auto& p : d.payloads) {
     p.length = r.u64();
-    p.metadata = r.str("payload metadata");
+    r.str(p.metadata, "payload metadata");
     if (!r.failed() && p.length > limits.maxPayloadSize) {
       return ACTORPIPE_ERROR(LimitExceededError, "payload", p.length, limits.maxPayloadSize);
     }
@@ -261,14 +274,16 @@ Error decode(const uint8_t* body, size_t length, const Limits& limits, MessageFr
   for (size_t i = 0; i < nt; ++i) {
     auto& t = d.tensors[i];
     t.length = r.u64();
-    t.sourceDevice = r.device();
+    r.device(t.sourceDevice);
     if (r.u8() != 0) {
       t.targetDevice = r.device();
+    } else {
+      t.targetDevice.reset();
     }
-    t.metadata = r.str("tensor metadata");
-    out.routes[i].channel = r.str("channel name");
+    r.str(t.metadata, "tensor metadata");
+    r.str(out.routes[i].channel, "channel name");
     out.routes[i].inlineData = r.u8() != 0;
-    out.routes[i].channelDescriptor = r.str("channel descriptor");
+    r.str(out.routes[i].channelDescriptor, "channel descriptor");
     if (!r.failed() && t.length > limits.maxTensorSize) {
       return ACTORPIPE_ERROR(LimitExceededError, "tensor", t.length, limits.maxTensorSize);
     }

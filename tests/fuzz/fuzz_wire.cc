@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include <actorpipe/runtime/detail/wire.h>
 
@@ -80,10 +81,19 @@ bool same(const wire::MessageFrame& a, const wire::MessageFrame& b) {
 }
 
 // Decodes under `limits`; on success, checks the encode/decode round trip.
+// A message frame is also decoded over what the last input left in one (a
+// pipe decodes each message over the one before): the same outcome as into
+// a fresh frame.
 template <typename Frame>
 void decodeBody(const uint8_t* data, size_t size, const Limits& limits) {
   Frame frame;
   Error error = wire::decode(data, size, limits, frame);
+  if constexpr (std::is_same_v<Frame, wire::MessageFrame>) {
+    static Frame reused;
+    Error reusedError = wire::decode(data, size, limits, reused);
+    FUZZ_ASSERT(bool(error) == bool(reusedError));
+    if (!error) FUZZ_ASSERT(same(frame, reused));
+  }
   if (error) {
     FUZZ_ASSERT(!error.what().empty());
     return;

@@ -278,16 +278,22 @@ bool ShmConnection::checkRings() {
   return true;
 }
 
+namespace {
+
+// How to copy a read of `length` bytes out of the ring (ring.h).
+Copy copyFor(size_t length) {
+  return length >= kStreamingRead ? Copy::kStreaming : length >= kOwnCopyFrom ? Copy::kOwn : Copy::kMemcpy;
+}
+
+}  // namespace
+
 bool ShmConnection::serveReads() {
   if (!ready_) return false;
   bool progress = false;
   pumping_ = true;
   while (!reads_.empty() && !error_) {
     ReadOp& op = reads_.front();
-    const Copy how = op.length >= kStreamingRead ? Copy::kStreaming
-                     : op.length >= kOwnCopyFrom  ? Copy::kOwn
-                                                  : Copy::kMemcpy;
-    size_t n = in_.read(op.ptr + op.done, op.length - op.done, how);
+    size_t n = in_.read(op.ptr + op.done, op.length - op.done, copyFor(op.length));
     if (n > 0) {
       progress = true;
       op.done += n;
@@ -299,7 +305,9 @@ bool ShmConnection::serveReads() {
     fn(Error());  // may queue more reads or close us
   }
   pumping_ = false;
+  progress = std::exchange(pumpedNow_, false) || progress;
   if (!checkRings()) return progress;
+  // Room we made (here or in readNow) may be what a producer waits for.
   if (progress && !error_) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (in_.header()->producerWaiting.load(std::memory_order_relaxed) != 0 &&
@@ -311,6 +319,16 @@ bool ShmConnection::serveReads() {
     closeInLoop(ACTORPIPE_ERROR(EOFError));
   }
   return progress;
+}
+
+// Only inside serveReads (pumping_), which then looks for a producer that
+// waits for the room this makes.
+bool ShmConnection::readNow(void* ptr, size_t length) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
+  if (!pumping_ || error_ || !reads_.empty()) return false;
+  if (!in_.readAll(static_cast<uint8_t*>(ptr), length, copyFor(length))) return false;
+  pumpedNow_ = true;
+  return true;
 }
 
 bool ShmConnection::pushWrites() {

@@ -55,6 +55,7 @@ class ShmConnection final : public detail::ConnectionBase<ShmConnection>,
 
   // SO_PEERCRED: the process that connected (or listened), as the kernel saw it.
   std::optional<actorpipe::detail::PeerProcess> peerProcess() const override;
+  bool readNow(void* ptr, size_t length) override;
 
   bool poll() override;
   bool prepareToSleep() override;
@@ -82,6 +83,7 @@ class ShmConnection final : public detail::ConnectionBase<ShmConnection>,
   bool checkRings();
   void peerGone();
   bool serveReads();
+  bool pumpedNow_{false};  // readNow() took bytes during this serveReads
   bool pushWrites();
   bool completeWrites();
   void kick();

@@ -189,6 +189,12 @@ class Ring {
     }
     return n;
   }
+  // Reads exactly `n` bytes if that many are here; otherwise nothing.
+  bool readAll(uint8_t* dst, size_t n, Copy how = Copy::kMemcpy) {
+    uint64_t head;
+    if (!peerHead(head) || static_cast<size_t>(head - mine_) < n) return false;
+    return read(dst, n, how) == n;
+  }
   // True when there are bytes, or when the ring is corrupt (as hasSpace).
   bool hasData() {
     uint64_t head;

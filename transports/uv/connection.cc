@@ -120,6 +120,15 @@ void UvConnection::pumpReads() {
   updateReading();
 }
 
+bool UvConnection::readNow(void* ptr, size_t length) {
+  ACTORPIPE_DCHECK(loop_.ownsState());
+  if (!pumping_ || error_ || !reads_.empty() || stagingEnd_ - stagingBegin_ < length) return false;
+  if (length > 0) std::memcpy(ptr, staging_.data() + stagingBegin_, length);
+  stagingBegin_ += length;
+  if (stagingBegin_ == stagingEnd_) stagingBegin_ = stagingEnd_ = 0;
+  return true;
+}
+
 // The peer closed its end: what it sent before is in staging and still
 // ours to deliver.
 void UvConnection::peerGone() {

@@ -25,6 +25,9 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   void startConnect(const sockaddr* addr);
   // Loop thread: fail at once (e.g. the address did not parse).
   void failConnect(const Error& error);
+  // From the staging buffer, inside pumpReads only (which then decides
+  // whether to keep reading ahead).
+  bool readNow(void* ptr, size_t length) override;
 
 
  private:
