@@ -2,7 +2,12 @@
 // host without RDMA hardware (this one, and CI's).
 #include <doctest/doctest.h>
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -23,10 +28,12 @@
 #include <actorpipe/transports/ibv/factory.h>
 #include <actorpipe/transports/shm/factory.h>
 #include <actorpipe/transports/shm/ring.h>
+#include <actorpipe/transports/shm/socket.h>
 #include <actorpipe/transports/uv/factory.h>
 #include <actorpipe/transports/uv/sockaddr.h>
 
 #include "support/harness.h"
+#include "support/hostile.h"
 
 using namespace actorpipe;
 using namespace testing;
@@ -484,6 +491,123 @@ struct RingMemory {
   transport::shm::RingHeader* header{nullptr};
 };
 }  // namespace
+
+namespace {
+size_t openDescriptors() {
+  size_t count = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  while (auto* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count - 1;  // opendir's own
+}
+// A connected blocking stream socket, or -1.
+int dial(const sockaddr* address, socklen_t length) {
+  int fd = ::socket(address->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, address, length) != 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+int dialTcp(const std::string& hostPort) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(std::stoi(hostPort.substr(hostPort.rfind(':') + 1))));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return dial(reinterpret_cast<sockaddr*>(&address), sizeof(address));
+}
+int dialShm(const std::string& name) {
+  sockaddr_un address;
+  socklen_t length;
+  if (transport::shm::abstractAddress(name, address, length)) return -1;
+  return dial(reinterpret_cast<sockaddr*>(&address), length);
+}
+std::vector<int> dialMany(size_t count, const std::function<int()>& dialOne) {
+  std::vector<int> fds;
+  for (size_t i = 0; i < count; ++i) {
+    int fd = dialOne();
+    REQUIRE(fd >= 0);
+    fds.push_back(fd);
+  }
+  return fds;
+}
+// Accepts one connection on `listener` within 10 s.
+std::shared_ptr<transport::Connection> acceptOne(transport::Listener& listener) {
+  auto accepted = std::make_shared<std::promise<std::shared_ptr<transport::Connection>>>();
+  listener.accept([accepted](const Error& e, std::shared_ptr<transport::Connection> conn) {
+    accepted->set_value(e ? nullptr : conn);
+  });
+  auto future = accepted->get_future();
+  if (future.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return nullptr;
+  return future.get();
+}
+}  // namespace
+
+// A peer that connects faster than we accept must find its connections
+// waiting in the kernel's backlog, not in our descriptors and memory (the
+// churn case of hostile/bounds_test.cc grew a server by 95 MiB that way).
+TEST_CASE("tcp listeners take connections only for a waiting accept(); shm ones set up at most kMaxSetups") {
+  SUBCASE("tcp") {
+    auto context = transport::uv::create();
+    auto listener = context->listen("127.0.0.1:0");
+    REQUIRE(!listener->addr().empty());
+    const size_t before = openDescriptors();
+    constexpr int kClients = 50;
+    std::vector<int> clients = dialMany(kClients, [&] { return dialTcp(listener->addr()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loop has seen them
+    // Ours, and at most the one libuv took and holds for us.
+    CHECK(openDescriptors() <= before + kClients + 1);
+    // Each accept() gets the next one: taking one watches the socket again.
+    std::vector<std::shared_ptr<transport::Connection>> accepted;
+    for (int i = 0; i < kClients; ++i) {
+      auto connection = acceptOne(*listener);
+      REQUIRE(connection != nullptr);
+      accepted.push_back(connection);
+    }
+    CHECK(openDescriptors() == before + 2 * kClients);
+    for (int fd : clients) ::close(fd);
+    accepted.clear();
+    context->close();
+    context->join();
+  }
+  SUBCASE("shm") {
+    auto context = transport::shm::create();
+    auto listener = context->listen("");
+    REQUIRE(!listener->addr().empty());
+    const size_t before = openDescriptors();
+    constexpr size_t kExtra = 40;
+    constexpr size_t kClients = transport::shm::kMaxSetups + kExtra;
+    std::vector<int> clients = dialMany(kClients, [&] { return dialShm(listener->addr()); });
+    // Silent clients: the listener sets up kMaxSetups of them, the rest wait.
+    CHECK(waitFor([&] { return openDescriptors() == before + kClients + transport::shm::kMaxSetups; },
+                  std::chrono::seconds(3)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(openDescriptors() == before + kClients + transport::shm::kMaxSetups);
+    // Setups that end (here: their peers leave) make room for the waiting:
+    // the count dips by the ended setups and comes back as the listener
+    // takes as many from the backlog.
+    for (size_t i = 0; i < kExtra; ++i) ::close(clients[i]);
+    clients.erase(clients.begin(), clients.begin() + kExtra);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(waitFor([&] { return openDescriptors() == before + 2 * clients.size(); }, std::chrono::seconds(3)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(openDescriptors() == before + 2 * clients.size());
+    for (int fd : clients) ::close(fd);
+    clients.clear();
+    // Once the silent ones are gone, a real peer is set up and accepted.
+    CHECK(waitFor([&] { return openDescriptors() == before; }, std::chrono::seconds(3)));
+    auto client = context->connect(listener->addr());
+    auto server = acceptOne(*listener);
+    REQUIRE(server != nullptr);
+    client->close();
+    server->close();
+    context->close();
+    context->join();
+  }
+}
 
 TEST_CASE("shm ring: large copies move in steps, wrap inside a step, arrive intact, and show progress early") {
   using transport::shm::Copy;

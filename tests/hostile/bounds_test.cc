@@ -47,6 +47,15 @@ constexpr int kChurn = 2000;
 constexpr uint64_t kGrowth = 64 * kMiB;
 constexpr int kChurn = 20000;
 #endif
+// The churn's own bound. Its connections wait in the kernel's backlog until
+// the victim asks for one, so at most Limits::maxPendingPipes (about 6 KiB
+// each) are ours at once; when each arrival was taken at once, a victim that
+// fell behind grew by 19-95 MiB (glibc keeps a freed peak).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr uint64_t kChurnGrowth = kGrowth;
+#else
+constexpr uint64_t kChurnGrowth = 24 * kMiB;
+#endif
 
 // "tcp://127.0.0.1:4242" -> a connected blocking socket, or -1.
 int dial(const std::string& url) {
@@ -187,7 +196,7 @@ TEST_CASE("connect-and-reset churn holds nothing once the connections are gone")
   MESSAGE(made << " connections reset; victim RSS " << rssBefore / kMiB << " -> " << rssAfter / kMiB
                << " MiB, descriptors " << fdsBefore << " -> " << openDescriptors(victim.pid()));
   CHECK(released);
-  CHECK(rssAfter < rssBefore + kGrowth);
+  CHECK(rssAfter < rssBefore + kChurnGrowth);
   echoOnce(url);  // and it still serves
   CHECK(victim.wait() == 0);
 }

@@ -33,6 +33,9 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
   // Loop thread.
   void bind(const std::string& name);
   void failInLoop(const Error& error);
+  // A connection's setup ended (ready, failed or abandoned): one more may
+  // start.
+  void setupEnded();
 
   void accept(accept_callback_fn fn) override {
     auto self = shared_from_this();
@@ -93,7 +96,11 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
   size_t maxRingSize_;
   int fd_{-1};
   uv_poll_t* poll_{nullptr};
-  detail::Loop::TimerId pauseTimer_{0};  // 0: polling, or closed
+  detail::Loop::TimerId pauseTimer_{0};  // 0: polling, full, or closed
+  // Connections accepted whose setup has not ended; at kMaxSetups we stop
+  // taking more from the kernel (`full_`) until one ends.
+  size_t setups_{0};
+  bool full_{false};
   std::shared_ptr<ShmListener> self_;
   mutable std::mutex mutex_;
   std::string addr_;
@@ -144,9 +151,34 @@ void ShmListener::pauseAccepting() {
   });
 }
 
+// Counts a connection against kMaxSetups for as long as its setup callback
+// lives: the connection lets go of it once called, failed or destroyed.
+struct SetupSlot {
+  explicit SetupSlot(std::weak_ptr<ShmListener> l) : listener(std::move(l)) {}
+  ~SetupSlot() {
+    if (auto l = listener.lock()) l->setupEnded();
+  }
+  std::weak_ptr<ShmListener> listener;
+};
+
+void ShmListener::setupEnded() {
+  ACTORPIPE_DCHECK(loop_.ownsState());
+  --setups_;
+  if (full_ && setups_ < kMaxSetups && !error_ && poll_ != nullptr) {
+    full_ = false;
+    startPolling();
+  }
+}
+
 void ShmListener::onReadable() {
   loop_.noteActivity();
   for (;;) {
+    if (setups_ >= kMaxSetups) {
+      // The rest wait in the kernel's backlog, not in our memory.
+      uv_poll_stop(poll_);
+      full_ = true;
+      return;
+    }
     int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       int e = errno;
@@ -161,7 +193,9 @@ void ShmListener::onReadable() {
     auto connection = std::make_shared<ShmConnection>(loop_, "shm peer of " + addr_);
     trackPending(connection);
     std::weak_ptr<ShmListener> weak = shared_from_this();
-    connection->startAsServer(fd, maxRingSize_, [weak](const Error& e, std::shared_ptr<ShmConnection> c) {
+    ++setups_;
+    auto slot = std::make_shared<SetupSlot>(weak);
+    connection->startAsServer(fd, maxRingSize_, [weak, slot](const Error& e, std::shared_ptr<ShmConnection> c) {
       auto self = weak.lock();
       if (e || !self) return;  // a peer that failed its setup concerns itself only
       if (self->error_) return c->close(self->error_);

@@ -21,4 +21,9 @@ namespace actorpipe::transport::shm {
 // pair should use the same size.
 std::shared_ptr<Context> create(size_t ringSize = size_t{2} << 20);
 
+// A listener sets up at most this many connections at once (each holds a
+// descriptor until its peer's setup arrives or times out); further ones wait
+// in the kernel's backlog until one is done.
+constexpr size_t kMaxSetups = 128;
+
 } // namespace actorpipe::transport::shm

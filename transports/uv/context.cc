@@ -22,6 +22,9 @@ namespace {
 
 class UvContext;
 
+// Connections the kernel completes and keeps for us until we accept them.
+constexpr int kBacklog = 1024;
+
 class UvListener final : public Listener, public std::enable_shared_from_this<UvListener> {
  public:
   UvListener(UvContext& context, detail::Loop& loop) : context_(context), loop_(loop) {}
@@ -42,6 +45,7 @@ class UvListener final : public Listener, public std::enable_shared_from_this<Uv
 
  private:
   void match();
+  std::shared_ptr<UvConnection> takeHeld();
   static void onConnection(uv_stream_t* server, int status);
 
   UvContext& context_;
@@ -53,7 +57,9 @@ class UvListener final : public Listener, public std::enable_shared_from_this<Uv
   std::string addr_;
   Error error_;
   std::deque<accept_callback_fn> accepts_;
-  std::deque<std::shared_ptr<UvConnection>> ready_;
+  // libuv has accepted a connection we have not taken yet: it stopped
+  // watching the socket until we do (see onConnection).
+  bool held_{false};
 };
 
 class UvContext final : public Context, public std::enable_shared_from_this<UvContext> {
@@ -139,7 +145,7 @@ void UvListener::bind(const SockAddr& addr) {
   self_ = shared_from_this();
   int rc = uv_tcp_bind(handle_, addr.get(), 0);
   if (rc == 0) {
-    rc = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), 1024, &UvListener::onConnection);
+    rc = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), kBacklog, &UvListener::onConnection);
   }
   if (rc != 0) {
     failInLoop(ACTORPIPE_ERROR(UVError, "bind/listen on " + formatAddress(addr.get()), rc));
@@ -152,28 +158,43 @@ void UvListener::bind(const SockAddr& addr) {
   addr_ = formatAddress(reinterpret_cast<sockaddr*>(&local));
 }
 
+// The kernel's backlog is the only queue of connections: we take one from
+// libuv only for an accept() that waits. A connection nobody asked for stays
+// with libuv, which stops watching the socket until uv_accept takes it. Taking
+// every connection as it came let a peer that connects faster than our
+// accept() callbacks re-arm pile up descriptors and buffers for as long as it
+// kept on (hostile/bounds_test.cc, the churn case).
 void UvListener::onConnection(uv_stream_t* server, int status) {
   auto* self = static_cast<UvListener*>(server->data);
   self->loop_.noteActivity();
   if (status != 0 || self->error_) {
     return;  // a failed accept(2) concerns that one client only
   }
+  self->held_ = true;
+  self->match();
+}
+
+std::shared_ptr<UvConnection> UvListener::takeHeld() {
+  ACTORPIPE_DCHECK(held_ && handle_ != nullptr);
+  held_ = false;
   auto* client = new uv_tcp_t;
-  uv_tcp_init(self->loop_.uv(), client);
-  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(client)) != 0) {
-    uv_close(reinterpret_cast<uv_handle_t*>(client),
-             [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
-    return;
+  uv_tcp_init(loop_.uv(), client);
+  // Also starts watching the listening socket again.
+  if (uv_accept(reinterpret_cast<uv_stream_t*>(handle_), reinterpret_cast<uv_stream_t*>(client)) != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(client), [](uv_handle_t* h) { delete reinterpret_cast<uv_tcp_t*>(h); });
+    // A failed uv_accept does not watch the socket again (libuv's
+    // uv_accept); listening anew does, and keeps the backlog.
+    int rc = uv_listen(reinterpret_cast<uv_stream_t*>(handle_), kBacklog, &UvListener::onConnection);
+    if (rc != 0) failInLoop(ACTORPIPE_ERROR(UVError, "listen again on " + addr(), rc));
+    return nullptr;
   }
   sockaddr_storage peer{};
   int len = sizeof(peer);
   uv_tcp_getpeername(client, reinterpret_cast<sockaddr*>(&peer), &len);
-  auto connection =
-      std::make_shared<UvConnection>(self->loop_, formatAddress(reinterpret_cast<sockaddr*>(&peer)));
+  auto connection = std::make_shared<UvConnection>(loop_, formatAddress(reinterpret_cast<sockaddr*>(&peer)));
   connection->adopt(client);
-  self->context_.registry().track(connection);
-  self->ready_.push_back(std::move(connection));
-  self->match();
+  context_.registry().track(connection);
+  return connection;
 }
 
 void UvListener::accept(accept_callback_fn fn) {
@@ -188,15 +209,17 @@ void UvListener::accept(accept_callback_fn fn) {
 }
 
 void UvListener::match() {
-  while (!accepts_.empty() && (!ready_.empty() || error_)) {
-    auto fn = std::move(accepts_.front());
-    accepts_.pop_front();
+  while (!accepts_.empty() && (held_ || error_)) {
     if (error_) {
+      auto fn = std::move(accepts_.front());
+      accepts_.pop_front();
       fn(error_, nullptr);
       continue;
     }
-    auto connection = std::move(ready_.front());
-    ready_.pop_front();
+    auto connection = takeHeld();
+    if (!connection) continue;  // the callback waits for the next one
+    auto fn = std::move(accepts_.front());
+    accepts_.pop_front();
     fn(Error(), std::move(connection));
   }
 }
@@ -215,10 +238,7 @@ void UvListener::failInLoop(const Error& error) {
     });
     handle_ = nullptr;
   }
-  for (auto& c : ready_) {
-    c->close(error);
-  }
-  ready_.clear();
+  held_ = false;  // closing the handle closes what libuv held
   match();
 }
 
