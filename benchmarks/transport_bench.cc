@@ -2,12 +2,15 @@
 // 8-byte ping-pong over one connection between two processes, chained in
 // callbacks on the transport's loop (like TensorPipe's benchmark_transport).
 //   actorpipe-transport-bench [shm|tcp] [round trips]
+// Anything else is refused with a usage line (exit status 2).
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <string>
 #include <vector>
@@ -56,11 +59,25 @@ struct Run {
   }
 };
 
+int usage() {
+  std::fprintf(stderr, "usage: actorpipe-transport-bench [shm|tcp] [round trips, 100 to 100000000]\n");
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 3) return usage();
   std::string kind = argc > 1 ? argv[1] : "shm";
-  int rounds = argc > 2 ? std::stoi(argv[2]) : 20000;
+  if (kind == "uv") kind = "tcp";  // the transport's name, as in TensorPipe
+  if (kind != "shm" && kind != "tcp") return usage();
+  long rounds = 20000;
+  if (argc > 2) {
+    char* end = nullptr;
+    errno = 0;
+    rounds = std::strtol(argv[2], &end, 10);
+    if (errno != 0 || end == argv[2] || *end != '\0' || rounds < 100 || rounds > 100000000) return usage();
+  }
   int fds[2];
   if (::pipe(fds) != 0) return 1;
   pid_t pid = ::fork();
@@ -86,8 +103,8 @@ int main(int argc, char** argv) {
   auto context = make(kind);
   Run run;
   run.c = context->connect(addr);
-  run.left = rounds;
-  run.samples.reserve(rounds);
+  run.left = static_cast<int>(rounds);
+  run.samples.reserve(static_cast<size_t>(rounds));
   auto finished = run.finished.get_future();
   run.next();
   finished.wait();
