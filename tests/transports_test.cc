@@ -609,6 +609,37 @@ TEST_CASE("tcp listeners take connections only for a waiting accept(); shm ones 
   }
 }
 
+// Context::close() closes every connection of the context, the accepted
+// ones included, even while their peers (in another context) live on.
+TEST_CASE("closing a transport context closes the connections its listeners accepted") {
+  struct Kind {
+    std::string name;
+    std::function<std::shared_ptr<transport::Context>()> make;
+    std::string address;
+  };
+  for (const Kind& kind : {Kind{"uv", [] { return transport::uv::create(); }, "127.0.0.1:0"},
+                           Kind{"shm", [] { return transport::shm::create(); }, ""}}) {
+    CAPTURE(kind.name);
+    auto accepting = kind.make();
+    auto connecting = kind.make();
+    auto listener = accepting->listen(kind.address);
+    REQUIRE(!listener->addr().empty());
+    auto client = connecting->connect(listener->addr());
+    auto server = acceptOne(*listener);
+    REQUIRE(server != nullptr);
+    auto failed = std::make_shared<std::promise<Error>>();
+    auto byte = std::make_shared<char>();
+    server->read(byte.get(), 1, [failed, byte](const Error& e) { failed->set_value(e); });
+    accepting->close();
+    auto result = failed->get_future();
+    REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK(result.get().isOfType<ContextClosedError>());
+    client->close();
+    accepting->join();
+    connecting->join();
+  }
+}
+
 TEST_CASE("shm ring: large copies move in steps, wrap inside a step, arrive intact, and show progress early") {
   using transport::shm::Copy;
   using transport::shm::kOwnCopyFrom;

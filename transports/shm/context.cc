@@ -25,10 +25,16 @@
 namespace actorpipe::transport::shm {
 namespace {
 
+class ShmListener;
+// The context's: what it closes when it closes. Listeners share it, so that
+// the connections they accept close with their context (as uv's do).
+using ShmRegistry = detail::Registry<ShmConnection, ShmListener>;
+
 class ShmListener final : public Listener, public std::enable_shared_from_this<ShmListener> {
  public:
   // `maxRingSize`: the largest ring an accepted peer may ask for.
-  ShmListener(detail::Loop& loop, size_t maxRingSize) : loop_(loop), maxRingSize_(maxRingSize) {}
+  ShmListener(detail::Loop& loop, size_t maxRingSize, std::shared_ptr<ShmRegistry> registry)
+      : loop_(loop), maxRingSize_(maxRingSize), registry_(std::move(registry)) {}
 
   // Loop thread.
   void bind(const std::string& name);
@@ -61,7 +67,7 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
   void startPolling();
   void pauseAccepting();
   // Connections accepted but still waiting for their setup: ours to close
-  // when we close (the context's registry knows only what it made).
+  // when we close (the context's registry learns of them once set up).
   void trackPending(const std::shared_ptr<ShmConnection>& c) {
     if (pending_.size() >= 64 && pending_.size() >= 2 * liveAfterPrune_) {
       std::vector<std::weak_ptr<ShmConnection>> live;
@@ -94,6 +100,7 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
 
   detail::Loop& loop_;
   size_t maxRingSize_;
+  std::shared_ptr<ShmRegistry> registry_;
   int fd_{-1};
   uv_poll_t* poll_{nullptr};
   detail::Loop::TimerId pauseTimer_{0};  // 0: polling, full, or closed
@@ -199,6 +206,8 @@ void ShmListener::onReadable() {
       auto self = weak.lock();
       if (e || !self) return;  // a peer that failed its setup concerns itself only
       if (self->error_) return c->close(self->error_);
+      if (self->registry_->closed()) return c->close(self->registry_->closed());
+      self->registry_->track(c);
       self->ready_.push_back(std::move(c));
       self->match();
     });
@@ -259,8 +268,8 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
     auto connection = std::make_shared<ShmConnection>(loop(), "shm://" + addr);
     auto self = shared_from_this();
     if (!loop().post([self, connection, addr] {
-          if (self->registry_.closed()) return connection->failEarly(self->registry_.closed());
-          self->registry_.track(connection);
+          if (self->registry_->closed()) return connection->failEarly(self->registry_->closed());
+          self->registry_->track(connection);
           connection->startAsClient(addr, self->ringSize_);
         })) {
       connection->close(ACTORPIPE_ERROR(ContextClosedError));
@@ -269,13 +278,13 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
   }
 
   std::shared_ptr<Listener> listen(std::string addr) override {
-    auto listener = std::make_shared<ShmListener>(loop(), ringSize_);
+    auto listener = std::make_shared<ShmListener>(loop(), ringSize_, registry_);
     auto self = shared_from_this();
     if (!detail::runAndWait(loop(), [self, listener, addr] {
-          if (self->registry_.closed()) {
-            listener->failInLoop(self->registry_.closed());
+          if (self->registry_->closed()) {
+            listener->failInLoop(self->registry_->closed());
           } else {
-            self->registry_.track(listener);
+            self->registry_->track(listener);
             listener->bind(addr);
           }
         })) {
@@ -298,7 +307,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
 
   void shutdown(const Error& reason) override {
     auto self = weak_from_this().lock();
-    loop().post([this, self, reason] { registry_.closeAll(reason); });
+    loop().post([this, self, reason] { registry_->closeAll(reason); });
   }
 
  private:
@@ -307,7 +316,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
   std::string id_{"shm"};
   bool viable_;
   detail::LoopHolder loop_{"shm"};
-  detail::Registry<ShmConnection, ShmListener> registry_;
+  std::shared_ptr<ShmRegistry> registry_ = std::make_shared<ShmRegistry>();
 };
 
 }  // namespace
