@@ -104,7 +104,9 @@ int main(int argc, char** argv) {
   Run run;
   run.c = context->connect(addr);
   run.left = static_cast<int>(rounds);
-  run.samples.reserve(static_cast<size_t>(rounds));
+  // Touched now, not one page fault per 512 samples inside the timed loop.
+  run.samples.assign(static_cast<size_t>(rounds), 0.0);
+  run.samples.clear();
   auto finished = run.finished.get_future();
   run.next();
   finished.wait();
