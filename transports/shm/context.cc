@@ -306,8 +306,9 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
   bool adoptLoop(std::shared_ptr<detail::Loop> loop) override { return loop_.adopt(std::move(loop)); }
 
   void shutdown(const Error& reason) override {
-    auto self = weak_from_this().lock();
-    loop().post([this, self, reason] { registry_->closeAll(reason); });
+    // Not `this`: called from our destructor, the task may run after we are
+    // gone (on a loop lent to us, which stopIfOwned() does not wait for).
+    loop().post([registry = registry_, reason] { registry->closeAll(reason); });
   }
 
  private:
