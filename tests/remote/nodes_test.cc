@@ -402,12 +402,18 @@ caf::behavior linker(caf::event_based_actor* self, caf::actor partner, caf::exit
   };
 }
 
-// Sends `first` then `second` to `to`, each answered before the next (so
-// each handler has run).
+// Sends each of `messages` to `to` as a request and waits for its answer
+// before the next, so each handler has run (a LINK it sends is on the link
+// before what we send next). A plain send let the test's request through
+// the link overtake the linker's LINK, and the node left before it.
 void sendInOrder(caf::actor_system& system, const caf::actor& to,
                  std::vector<caf::message> messages) {
   caf::scoped_actor self{system};
-  for (auto& m : messages) self->send(to, std::move(m));
+  for (auto& m : messages) {
+    // A handler without a result answers empty; one that quits may answer
+    // with an error instead: either way it has run.
+    self->request(to, 10s, std::move(m)).receive([](const caf::message&) {}, [](caf::error&) {});
+  }
 }
 
 } // namespace
