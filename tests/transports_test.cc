@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <csignal>
 
@@ -244,6 +245,81 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   loop.stop();
 }
 
+// libuv's turn is a system call, and on these VMs it can cost 2 µs: taken
+// every 5 µs, it held a polling loop 40% of the time and doubled an shm round
+// trip. A loop with pollers now asks epoll less and less often while its
+// sockets and timers have nothing (one turn per Loop::kUvTurnMax), and every
+// kUvTurnMin again while they do. Counted by a prepare handle, which libuv
+// runs once per turn; the loop never sleeps here (a long poll window), so
+// every turn is one of the polling loop's.
+TEST_CASE("a polling loop asks epoll rarely while its sockets are quiet, and often again once one is not") {
+  using actorpipe::detail::Loop;
+  struct IdlePoller : Loop::Poller {
+    bool poll() override { return false; }
+    bool prepareToSleep() override { return true; }
+    void awake() override {}
+  };
+  struct Handles {
+    uv_prepare_t prepare;
+    uv_poll_t readable;
+    Loop* loop;
+    std::atomic<uint64_t> turns{0};
+  };
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  // Declared before the loop, which closes the handles before it goes.
+  IdlePoller poller;
+  Handles handles;
+  Loop loop("uvturns");
+  handles.loop = &loop;
+  loop.setPollWindow(std::chrono::seconds(60));
+  std::promise<void> started;
+  loop.post([&] {
+    loop.addPoller(&poller);
+    uv_prepare_init(loop.uv(), &handles.prepare);
+    handles.prepare.data = &handles;
+    uv_prepare_start(&handles.prepare, [](uv_prepare_t* h) { static_cast<Handles*>(h->data)->turns++; });
+    uv_poll_init(loop.uv(), &handles.readable, fds[0]);
+    handles.readable.data = &handles;
+    // Level-triggered and never read: every turn from the write on finds it.
+    uv_poll_start(&handles.readable, UV_READABLE, [](uv_poll_t* h, int, int) {
+      static_cast<Handles*>(h->data)->loop->noteActivity();
+    });
+    loop.noteActivity();
+    started.set_value();
+  });
+  started.get_future().wait();
+  const auto window = std::chrono::milliseconds(200);
+  auto turnsOver = [&](std::chrono::milliseconds span) {
+    const uint64_t before = handles.turns.load();
+    std::this_thread::sleep_for(span);
+    return handles.turns.load() - before;
+  };
+  turnsOver(std::chrono::milliseconds(50));  // backing off: 5, 10, ... 200 µs
+  const uint64_t quiet = turnsOver(window);
+  REQUIRE(::write(fds[1], "x", 1) == 1);
+  turnsOver(std::chrono::milliseconds(5));
+  const uint64_t busy = turnsOver(window);
+  // At one turn per kUvTurnMax, 1,000 turns in the window; at kUvTurnMin, up
+  // to 40,000 (fewer where a turn costs more than 5 µs).
+  const uint64_t atMax = window / Loop::kUvTurnMax;
+  CAPTURE(quiet);
+  CAPTURE(busy);
+  CHECK(quiet <= 2 * atMax);
+  CHECK(busy >= 4 * atMax);
+  std::promise<void> stopped;
+  loop.post([&] {
+    uv_close(reinterpret_cast<uv_handle_t*>(&handles.prepare), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&handles.readable), nullptr);
+    loop.removePoller(&poller);
+    stopped.set_value();
+  });
+  stopped.get_future().wait();
+  loop.stop();
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 // The loop takes its own posts without the queue's lock (Loop::local_), and
 // still runs every task in the order the posts were made when a task and
 // another thread post at the same time, both ways round: a post the loop
@@ -311,8 +387,8 @@ struct ConnectionCase {
   std::shared_ptr<transport::Connection> server;
 };
 std::vector<ConnectionCase> connectionCases() {
-  return {ConnectionCase{"uv", transport::uv::create(), "127.0.0.1:0"},
-          ConnectionCase{"shm", transport::shm::create(), ""}};
+  return {ConnectionCase{"uv", transport::uv::create(), "127.0.0.1:0", nullptr, nullptr, nullptr},
+          ConnectionCase{"shm", transport::shm::create(), "", nullptr, nullptr, nullptr}};
 }
 void connectPair(ConnectionCase& c) {
   c.listener = c.context->listen(c.address);

@@ -226,11 +226,12 @@ void Loop::awake() {
 // anything happened within the poll window the loop keeps turning; then it
 // arms the pollers' wake-ups and blocks in epoll.
 void Loop::run() {
-  constexpr auto kUvTurnWhilePolling = std::chrono::microseconds(5);
   constexpr auto kUvTurnWhileWorking = std::chrono::microseconds(50);
   unsigned idleTurns = 0;
   unsigned turnsWithoutUv = 0;
   std::chrono::steady_clock::time_point lastUvTurn{};
+  auto uvTurnEvery = kUvTurnMin;
+  unsigned quietUvTurns = 0;
   for (;;) {
     bool worked = drainQueue();
     worked = pollPollers() || worked;
@@ -241,23 +242,37 @@ void Loop::run() {
         break;
       }
     }
-    // libuv's turn is an epoll_wait system call (and a clock read): ~0.4 µs
-    // here, as long as several polling turns, and a reply that arrives
-    // during it waits. With pollers to watch, libuv gets a turn once 5 µs
-    // have passed while the loop polls idly, 50 µs while it keeps working
-    // (the clock is read one turn in 16): so a socket or timer on a polling
-    // loop waits about 5 µs, one on a loop busy copying about 50 µs, and a
-    // turn that worked is rarely followed by a system call before what it
-    // posted (the write a read's callback asked for) runs.
+    // libuv's turn is an epoll_wait system call (and a clock read): 0.4 µs
+    // on this VM when it is quiet, 2 µs or more when it is not, as long as
+    // several polling turns, and a ring's message that arrives during it
+    // waits. Taken every 5 µs while a loop polled idly, it held a polling
+    // loop 40% of the time and doubled an shm round trip in the VM's slow
+    // state (docs/benchmarks.md, "libuv's turn backs off"). So with pollers
+    // to watch, libuv gets a turn once uvTurnEvery has passed (50 µs at
+    // least while the loop keeps working; the clock is read one turn in
+    // 16), and a turn that worked is rarely followed by a system call before
+    // what it posted (the write a read's callback asked for) runs.
+    // uvTurnEvery is kUvTurnMin while sockets and timers keep libuv's turns
+    // busy, so a tcp pipe beside a busy shm one waits about 5 µs; after
+    // kQuietUvTurns empty turns it doubles up to kUvTurnMax, so a loop
+    // serving only rings makes that system call once per 200 µs, and the
+    // first socket event after such a quiet spell waits up to that long.
     std::chrono::steady_clock::time_point now{};  // read at most once a turn
     if (pollers_.empty()) {
       uv_run(loop_, UV_RUN_NOWAIT);
     } else if (++turnsWithoutUv % 16 == 0) {
       now = std::chrono::steady_clock::now();
-      if (now - lastUvTurn >= (worked ? kUvTurnWhileWorking : kUvTurnWhilePolling)) {
+      if (now - lastUvTurn >= (worked ? std::max(uvTurnEvery, kUvTurnWhileWorking) : uvTurnEvery)) {
         lastUvTurn = now;
         turnsWithoutUv = 0;
+        const uint64_t before = activity_;
         uv_run(loop_, UV_RUN_NOWAIT);
+        if (activity_ != before) {
+          uvTurnEvery = kUvTurnMin;
+          quietUvTurns = 0;
+        } else if (++quietUvTurns >= kQuietUvTurns) {
+          uvTurnEvery = std::min(uvTurnEvery * 2, std::chrono::microseconds(kUvTurnMax));
+        }
       }
     }
     if (worked) {
@@ -287,6 +302,9 @@ void Loop::run() {
     }
     if (empty && prepareToSleep()) {
       uv_run(loop_, UV_RUN_ONCE);
+      // Woken through epoll: a socket or timer has work again.
+      uvTurnEvery = kUvTurnMin;
+      quietUvTurns = 0;
     }
     awake();
     sleeping_.store(false);

@@ -46,6 +46,13 @@ class Loop {
   // Tasks posted by the loop's own tasks run in the same drain, behind
   // them, this many rounds deep before the pollers get their turn.
   static constexpr int kDrainRounds = 4;
+  // While a loop with pollers keeps turning, libuv's turn (epoll: sockets,
+  // timers) comes once kUvTurnMin has passed; after kQuietUvTurns turns in a
+  // row that found nothing, the wait doubles up to kUvTurnMax, and it is
+  // back to kUvTurnMin after a turn that found something (see run()).
+  static constexpr std::chrono::microseconds kUvTurnMin{5};
+  static constexpr std::chrono::microseconds kUvTurnMax{200};
+  static constexpr unsigned kQuietUvTurns = 8;
 
   explicit Loop(std::string name);
   ~Loop();
@@ -89,7 +96,11 @@ class Loop {
   uv_loop_s* uv() { return loop_; }
   // Handlers call this when something happened, to keep the loop polling.
   // A flag: the loop reads the clock on its next look (one idle turn in 16).
-  void noteActivity() { active_ = true; }
+  // Noted inside libuv's turn, it also keeps that turn coming often.
+  void noteActivity() {
+    active_ = true;
+    ++activity_;
+  }
 
   void setPollWindow(std::chrono::microseconds window) { pollWindow_.store(window.count()); }
 
@@ -146,6 +157,7 @@ class Loop {
   std::atomic<int64_t> pollWindow_{200};
   std::chrono::steady_clock::time_point lastActivity_{};
   bool active_{false};  // loop thread only: something happened since the last look at the clock
+  uint64_t activity_{0};  // loop thread only: noteActivity() calls, to tell whether libuv's turn found work
   std::vector<Poller*> pollers_;
   struct Timer;
   std::map<TimerId, Timer*> timers_;
