@@ -20,14 +20,15 @@
 namespace actorpipe::transport::uv {
 namespace {
 
-class UvContext;
+class UvListener;
+using UvRegistry = detail::Registry<UvConnection, UvListener>;
 
 // Connections the kernel completes and keeps for us until we accept them.
 constexpr int kBacklog = 1024;
 
 class UvListener final : public Listener, public std::enable_shared_from_this<UvListener> {
  public:
-  UvListener(UvContext& context, detail::Loop& loop) : context_(context), loop_(loop) {}
+  UvListener(detail::Loop& loop, std::shared_ptr<UvRegistry> registry) : loop_(loop), registry_(std::move(registry)) {}
 
   // Loop thread.
   void bind(const SockAddr& addr);
@@ -48,8 +49,10 @@ class UvListener final : public Listener, public std::enable_shared_from_this<Uv
   std::shared_ptr<UvConnection> takeHeld();
   static void onConnection(uv_stream_t* server, int status);
 
-  UvContext& context_;
   detail::Loop& loop_;
+  // The context's: connections we accept are closed when it closes. Shared,
+  // not the context itself, which may be gone while we still run.
+  std::shared_ptr<UvRegistry> registry_;
   uv_tcp_t* handle_{nullptr};
   // Keeps us alive while libuv holds our handle.
   std::shared_ptr<UvListener> self_;
@@ -62,7 +65,7 @@ class UvListener final : public Listener, public std::enable_shared_from_this<Uv
   bool held_{false};
 };
 
-class UvContext final : public Context, public std::enable_shared_from_this<UvContext> {
+class UvContext final : public Context {
  public:
   UvContext() : loop_("uv") {}
   ~UvContext() override { join(); }
@@ -83,32 +86,29 @@ class UvContext final : public Context, public std::enable_shared_from_this<UvCo
   bool adoptLoop(std::shared_ptr<detail::Loop> loop) override { return loop_.adopt(std::move(loop)); }
 
   void shutdown(const Error& reason) override {
-    auto self = weak_from_this().lock();
-    loop().post([this, self, reason] { registry_.closeAll(reason); });
+    // Not `this`: called from our destructor, the task may run after we are
+    // gone (on a loop lent to us, which stopIfOwned() does not wait for).
+    loop().post([registry = registry_, reason] { registry->closeAll(reason); });
   }
-
-  // Loop thread.
-  detail::Registry<UvConnection, UvListener>& registry() { return registry_; }
 
  private:
   std::string domain_{"tcp"};
   std::string id_{"uv"};
   actorpipe::detail::LoopHolder loop_;
-  detail::Registry<UvConnection, UvListener> registry_;
+  std::shared_ptr<UvRegistry> registry_ = std::make_shared<UvRegistry>();
 };
 
 std::shared_ptr<Connection> UvContext::connect(std::string addr) {
   auto connection = std::make_shared<UvConnection>(loop(), addr);
   SockAddr sa;
   Error error = parseAddress(addr, sa);  // may block on DNS: done on the caller's thread
-  auto self = shared_from_this();
-  bool posted = loop().post([self, connection, sa, error] {
-    if (self->registry_.closed()) {
-      connection->failConnect(self->registry_.closed());
+  bool posted = loop().post([registry = registry_, connection, sa, error] {
+    if (registry->closed()) {
+      connection->failConnect(registry->closed());
     } else if (error) {
       connection->failConnect(error);
     } else {
-      self->registry_.track(connection);
+      registry->track(connection);
       connection->startConnect(sa.get());
     }
   });
@@ -119,17 +119,16 @@ std::shared_ptr<Connection> UvContext::connect(std::string addr) {
 }
 
 std::shared_ptr<Listener> UvContext::listen(std::string addr) {
-  auto listener = std::make_shared<UvListener>(*this, loop());
+  auto listener = std::make_shared<UvListener>(loop(), registry_);
   SockAddr sa;
   Error error = parseAddress(addr, sa);
-  auto self = shared_from_this();
-  if (!detail::runAndWait(loop(), [self, listener, sa, error] {
-        if (self->registry_.closed()) {
-          listener->failInLoop(self->registry_.closed());
+  if (!detail::runAndWait(loop(), [registry = registry_, listener, sa, error] {
+        if (registry->closed()) {
+          listener->failInLoop(registry->closed());
         } else if (error) {
           listener->failInLoop(error);
         } else {
-          self->registry_.track(listener);
+          registry->track(listener);
           listener->bind(sa);
         }
       })) {
@@ -193,7 +192,7 @@ std::shared_ptr<UvConnection> UvListener::takeHeld() {
   uv_tcp_getpeername(client, reinterpret_cast<sockaddr*>(&peer), &len);
   auto connection = std::make_shared<UvConnection>(loop_, formatAddress(reinterpret_cast<sockaddr*>(&peer)));
   connection->adopt(client);
-  context_.registry().track(connection);
+  registry_->track(connection);
   return connection;
 }
 
