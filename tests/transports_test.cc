@@ -708,14 +708,23 @@ std::vector<TransportKind> transportKinds() {
   return {TransportKind{"uv", [] { return transport::uv::create(); }, "127.0.0.1:0"},
           TransportKind{"shm", [] { return transport::shm::create(); }, ""}};
 }
+// Two contexts of one kind, one listening.
+struct ListeningPair {
+  std::shared_ptr<transport::Context> accepting;
+  std::shared_ptr<transport::Context> connecting;
+  std::shared_ptr<transport::Listener> listener;
+};
+ListeningPair listeningPair(const TransportKind& kind) {
+  ListeningPair pair{kind.make(), kind.make(), nullptr};
+  pair.listener = pair.accepting->listen(kind.address);
+  REQUIRE(!pair.listener->addr().empty());
+  return pair;
+}
 
 TEST_CASE("closing a transport context closes the connections its listeners accepted") {
   for (const TransportKind& kind : transportKinds()) {
     CAPTURE(kind.name);
-    auto accepting = kind.make();
-    auto connecting = kind.make();
-    auto listener = accepting->listen(kind.address);
-    REQUIRE(!listener->addr().empty());
+    auto [accepting, connecting, listener] = listeningPair(kind);
     auto client = connecting->connect(listener->addr());
     auto server = acceptOne(*listener);
     REQUIRE(server != nullptr);
@@ -727,6 +736,50 @@ TEST_CASE("closing a transport context closes the connections its listeners acce
     REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
     CHECK(result.get().isOfType<ContextClosedError>());
     client->close();
+    accepting->join();
+    connecting->join();
+  }
+}
+
+// A connection or listener its user drops without close() closes, as
+// TensorPipe's do in their destructors: the transport's own object holds
+// itself while its socket is open, and used to keep the descriptor, its
+// buffers and the peer's hopes until the whole context closed.
+TEST_CASE("dropping a transport connection or listener closes it") {
+  for (const TransportKind& kind : transportKinds()) {
+    CAPTURE(kind.name);
+    auto [accepting, connecting, listener] = listeningPair(kind);
+    const std::string address = listener->addr();
+    auto readFails = [](transport::Connection& c) {
+      auto failed = std::make_shared<std::promise<Error>>();
+      auto byte = std::make_shared<char>();
+      c.read(byte.get(), 1, [failed, byte](const Error& e) { failed->set_value(e); });
+      return failed->get_future();
+    };
+    // Both ways round: the side that is dropped is the one the other waits on.
+    for (bool dropClient : {true, false}) {
+      CAPTURE(dropClient);
+      auto client = connecting->connect(address);
+      auto server = acceptOne(*listener);
+      REQUIRE(server != nullptr);
+      auto& kept = dropClient ? server : client;
+      auto& dropped = dropClient ? client : server;
+      auto result = readFails(*kept);
+      dropped.reset();
+      REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+      CHECK(result.get());
+      kept->close();
+    }
+    // A dropped listener takes no more connections. Its close runs on its
+    // loop, after the drop: a connection made meanwhile may still reach the
+    // socket's backlog, and is reset when the socket closes. Either way its
+    // read fails; from a listener left open it would wait forever.
+    listener.reset();
+    auto late = connecting->connect(address);
+    auto outcome = readFails(*late);
+    REQUIRE(outcome.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK(outcome.get());
+    late->close();
     accepting->join();
     connecting->join();
   }

@@ -10,6 +10,7 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/detail/handles.h>
 #include <actorpipe/transports/ibv/connection.h>
 #include <actorpipe/transports/ibv/device.h>
 #include <actorpipe/transports/ibv/not_viable.h>
@@ -52,13 +53,13 @@ class IbvContext final : public Context, public std::enable_shared_from_this<Ibv
       self->track(connection);
       connection->start([](const Error&) {});
     });
-    return connection;
+    return detail::handOut(std::move(connection));
   }
 
   std::shared_ptr<Listener> listen(std::string addr) override {
     auto listener = std::make_shared<IbvListener>(shared_from_this(), uv_->listen(addr));
     listener->arm();
-    return listener;
+    return detail::handOut(std::move(listener));
   }
 
   bool isViable() const override { return true; }
@@ -176,7 +177,7 @@ void IbvListener::match() {
         error = error_;
       }
     }
-    fn(error, connection);
+    fn(error, detail::handOut(std::move(connection)));
   }
 }
 

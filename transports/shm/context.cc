@@ -17,6 +17,7 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/detail/handles.h>
 #include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/shm/connection.h>
 #include <actorpipe/transports/shm/socket.h>
@@ -90,7 +91,7 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
       }
       auto c = std::move(ready_.front());
       ready_.pop_front();
-      fn(Error(), std::move(c));
+      fn(Error(), detail::handOut(std::move(c)));
     }
   }
 
@@ -274,7 +275,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
         })) {
       connection->close(ACTORPIPE_ERROR(ContextClosedError));
     }
-    return connection;
+    return detail::handOut(std::move(connection));
   }
 
   std::shared_ptr<Listener> listen(std::string addr) override {
@@ -290,7 +291,7 @@ class ShmContext final : public Context, public std::enable_shared_from_this<Shm
         })) {
       listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
     }
-    return listener;
+    return detail::handOut(std::move(listener));
   }
 
   bool isViable() const override { return viable_; }

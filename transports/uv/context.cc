@@ -11,6 +11,7 @@
 
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/detail/loop_holder.h>
+#include <actorpipe/transports/detail/handles.h>
 #include <actorpipe/transports/detail/registry.h>
 #include <actorpipe/transports/uv/connection.h>
 #include <actorpipe/transports/uv/error.h>
@@ -115,7 +116,7 @@ std::shared_ptr<Connection> UvContext::connect(std::string addr) {
   if (!posted) {
     connection->close(ACTORPIPE_ERROR(ContextClosedError));
   }
-  return connection;
+  return detail::handOut(std::move(connection));
 }
 
 std::shared_ptr<Listener> UvContext::listen(std::string addr) {
@@ -134,7 +135,7 @@ std::shared_ptr<Listener> UvContext::listen(std::string addr) {
       })) {
     listener->failInLoop(ACTORPIPE_ERROR(ContextClosedError));
   }
-  return listener;
+  return detail::handOut(std::move(listener));
 }
 
 void UvListener::bind(const SockAddr& addr) {
@@ -219,7 +220,7 @@ void UvListener::match() {
     if (!connection) continue;  // the callback waits for the next one
     auto fn = std::move(accepts_.front());
     accepts_.pop_front();
-    fn(Error(), std::move(connection));
+    fn(Error(), detail::handOut(std::move(connection)));
   }
 }
 
