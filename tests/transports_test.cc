@@ -248,14 +248,19 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
 // libuv's turn is a system call, and on these VMs it can cost 2 µs: taken
 // every 5 µs, it held a polling loop 40% of the time and doubled an shm round
 // trip. A loop with pollers now asks epoll less and less often while its
-// sockets and timers have nothing (one turn per Loop::kUvTurnMax), and every
-// kUvTurnMin again while they do. Counted by a prepare handle, which libuv
-// runs once per turn; the loop never sleeps here (a long poll window), so
-// every turn is one of the polling loop's.
-TEST_CASE("a polling loop asks epoll rarely while its sockets are quiet, and often again once one is not") {
+// rings keep working and its sockets and timers have nothing (one turn per
+// Loop::kUvTurnMax), and every kUvTurnMin again while a socket has something
+// or the rings have nothing. Counted by a prepare handle, which libuv runs
+// once per turn; the loop never sleeps here (a long poll window), so every
+// turn is one of the polling loop's.
+TEST_CASE("a polling loop asks epoll rarely while its rings work and its sockets are quiet, and often otherwise") {
   using actorpipe::detail::Loop;
-  struct IdlePoller : Loop::Poller {
-    bool poll() override { return false; }
+  // A ring with a message every 7th look while `busy` (7: not a divisor of
+  // the 16 turns between the loop's looks at the clock).
+  struct RingPoller : Loop::Poller {
+    std::atomic<bool> busy{false};
+    unsigned polls = 0;
+    bool poll() override { return busy.load(std::memory_order_relaxed) && ++polls % 7 == 0; }
     bool prepareToSleep() override { return true; }
     void awake() override {}
   };
@@ -268,7 +273,7 @@ TEST_CASE("a polling loop asks epoll rarely while its sockets are quiet, and oft
   int fds[2];
   REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
   // Declared before the loop, which closes the handles before it goes.
-  IdlePoller poller;
+  RingPoller poller;
   Handles handles;
   Loop loop("uvturns");
   handles.loop = &loop;
@@ -295,16 +300,24 @@ TEST_CASE("a polling loop asks epoll rarely while its sockets are quiet, and oft
     std::this_thread::sleep_for(span);
     return handles.turns.load() - before;
   };
+  // Rings and sockets idle: nothing to protect, no back-off.
+  turnsOver(std::chrono::milliseconds(20));
+  const uint64_t idle = turnsOver(window);
+  // Rings busy, sockets quiet.
+  poller.busy = true;
   turnsOver(std::chrono::milliseconds(50));  // backing off: 5, 10, ... 200 µs
   const uint64_t quiet = turnsOver(window);
+  // Rings busy, a socket with something on every turn.
   REQUIRE(::write(fds[1], "x", 1) == 1);
   turnsOver(std::chrono::milliseconds(5));
   const uint64_t busy = turnsOver(window);
   // At one turn per kUvTurnMax, 1,000 turns in the window; at kUvTurnMin, up
   // to 40,000 (fewer where a turn costs more than 5 µs).
   const uint64_t atMax = window / Loop::kUvTurnMax;
+  CAPTURE(idle);
   CAPTURE(quiet);
   CAPTURE(busy);
+  CHECK(idle >= 4 * atMax);
   CHECK(quiet <= 2 * atMax);
   CHECK(busy >= 4 * atMax);
   std::promise<void> stopped;
@@ -720,14 +733,26 @@ ListeningPair listeningPair(const TransportKind& kind) {
   REQUIRE(!pair.listener->addr().empty());
   return pair;
 }
+// The same, and a connection between them, both ends.
+struct ConnectedPair {
+  std::shared_ptr<transport::Context> accepting;
+  std::shared_ptr<transport::Context> connecting;
+  std::shared_ptr<transport::Listener> listener;
+  std::shared_ptr<transport::Connection> client;
+  std::shared_ptr<transport::Connection> server;
+};
+ConnectedPair connectedPair(const TransportKind& kind) {
+  auto [accepting, connecting, listener] = listeningPair(kind);
+  ConnectedPair pair{accepting, connecting, listener, connecting->connect(listener->addr()), nullptr};
+  pair.server = acceptOne(*listener);
+  REQUIRE(pair.server != nullptr);
+  return pair;
+}
 
 TEST_CASE("closing a transport context closes the connections its listeners accepted") {
   for (const TransportKind& kind : transportKinds()) {
     CAPTURE(kind.name);
-    auto [accepting, connecting, listener] = listeningPair(kind);
-    auto client = connecting->connect(listener->addr());
-    auto server = acceptOne(*listener);
-    REQUIRE(server != nullptr);
+    auto [accepting, connecting, listener, client, server] = connectedPair(kind);
     auto failed = std::make_shared<std::promise<Error>>();
     auto byte = std::make_shared<char>();
     server->read(byte.get(), 1, [failed, byte](const Error& e) { failed->set_value(e); });
@@ -780,6 +805,66 @@ TEST_CASE("dropping a transport connection or listener closes it") {
     REQUIRE(outcome.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
     CHECK(outcome.get());
     late->close();
+    accepting->join();
+    connecting->join();
+  }
+}
+
+// A handle may outlive its context (a user's member destroyed after the
+// context's). Its close, and any operation, then goes to a finished loop,
+// which refuses it: the loop is kept alive by what runs on it. (Before, a
+// transport's own loop was freed with the context: under ASan each line
+// below was a heap-use-after-free.)
+TEST_CASE("a connection or listener used or dropped after its context is gone fails cleanly") {
+  for (const TransportKind& kind : transportKinds()) {
+    CAPTURE(kind.name);
+    auto [accepting, connecting, listener, client, server] = connectedPair(kind);
+    accepting->join();
+    connecting->join();
+    accepting.reset();
+    connecting.reset();
+    std::promise<Error> read;
+    char byte;
+    client->read(&byte, 1, [&](const Error& e) { read.set_value(e); });
+    auto result = read.get_future();
+    REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK(result.get().isOfType<ContextClosedError>());
+    std::promise<Error> accepted;
+    listener->accept([&](const Error& e, std::shared_ptr<transport::Connection>) { accepted.set_value(e); });
+    auto acceptResult = accepted.get_future();
+    REQUIRE(acceptResult.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK(acceptResult.get());
+    client.reset();
+    server.reset();
+    listener.reset();
+  }
+}
+
+// A connection dropped on its loop before its posted start has run is
+// closed by then: the start must not open a socket and map rings for it (it
+// would hold itself open with nobody left to close it, not even its context).
+TEST_CASE("a connection dropped on its loop before it started never connects") {
+  for (const TransportKind& kind : transportKinds()) {
+    CAPTURE(kind.name);
+    auto [accepting, connecting, listener] = listeningPair(kind);
+    const std::string address = listener->addr();
+    std::promise<void> dropped;
+    connecting->loop().post([&, connecting = connecting] {
+      connecting->connect(address).reset();
+      dropped.set_value();
+    });
+    dropped.get_future().wait();
+    // A connection that went ahead would be set up and accepted well
+    // within this.
+    std::promise<std::shared_ptr<transport::Connection>> accepted;
+    listener->accept([&](const Error& e, std::shared_ptr<transport::Connection> c) {
+      accepted.set_value(e ? nullptr : c);
+    });
+    auto result = accepted.get_future();
+    CHECK(result.wait_for(std::chrono::seconds(1)) == std::future_status::timeout);
+    listener->close();
+    REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK(result.get() == nullptr);
     accepting->join();
     connecting->join();
   }

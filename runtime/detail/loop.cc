@@ -232,9 +232,12 @@ void Loop::run() {
   std::chrono::steady_clock::time_point lastUvTurn{};
   auto uvTurnEvery = kUvTurnMin;
   unsigned quietUvTurns = 0;
+  bool ringsWorked = false;  // a poller made progress since libuv's last turn
   for (;;) {
     bool worked = drainQueue();
-    worked = pollPollers() || worked;
+    const bool polled = pollPollers();
+    ringsWorked = ringsWorked || polled;
+    worked = polled || worked;
     if (stopping_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard(mutex_);
       if (queue_.empty() && local_.empty()) {
@@ -252,11 +255,15 @@ void Loop::run() {
     // least while the loop keeps working; the clock is read one turn in
     // 16), and a turn that worked is rarely followed by a system call before
     // what it posted (the write a read's callback asked for) runs.
-    // uvTurnEvery is kUvTurnMin while sockets and timers keep libuv's turns
-    // busy, so a tcp pipe beside a busy shm one waits about 5 µs; after
-    // kQuietUvTurns empty turns it doubles up to kUvTurnMax, so a loop
-    // serving only rings makes that system call once per 200 µs, and the
-    // first socket event after such a quiet spell waits up to that long.
+    // uvTurnEvery doubles, up to kUvTurnMax, only while the rings keep
+    // working and libuv's turns keep finding nothing (kQuietUvTurns in a
+    // row): a loop serving only busy rings makes that system call once per
+    // 200 µs. It is back to kUvTurnMin after a turn that found something, and
+    // whenever the rings did nothing since the last one (there is no message
+    // of theirs to delay then): a tcp pipe beside idle shm connections keeps
+    // its 5 µs, and so does one whose messages keep coming beside a busy shm
+    // pipe. The price: beside busy rings, a socket event or timer after a
+    // quiet spell waits up to 200 µs.
     std::chrono::steady_clock::time_point now{};  // read at most once a turn
     if (pollers_.empty()) {
       uv_run(loop_, UV_RUN_NOWAIT);
@@ -267,12 +274,13 @@ void Loop::run() {
         turnsWithoutUv = 0;
         const uint64_t before = activity_;
         uv_run(loop_, UV_RUN_NOWAIT);
-        if (activity_ != before) {
+        if (activity_ != before || !ringsWorked) {
           uvTurnEvery = kUvTurnMin;
           quietUvTurns = 0;
         } else if (++quietUvTurns >= kQuietUvTurns) {
           uvTurnEvery = std::min(uvTurnEvery * 2, std::chrono::microseconds(kUvTurnMax));
         }
+        ringsWorked = false;
       }
     }
     if (worked) {

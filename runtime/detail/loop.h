@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 #include <map>
+#include <memory>
 #include <cstdint>
 
 #include <actorpipe/runtime/detail/function.h>
@@ -24,7 +25,11 @@ struct uv_async_s;
 
 namespace actorpipe::detail {
 
-class Loop {
+// Made with std::make_shared where connections and listeners run on it:
+// they keep it alive (weak_from_this), so that one closed or dropped after
+// its context is gone finds a finished loop that refuses posts, not freed
+// memory.
+class Loop : public std::enable_shared_from_this<Loop> {
  public:
   // Room for a pipe operation's closure (its Message, the user's callback
   // and a reference to the pipe: 128 bytes) without a heap allocation.
@@ -47,9 +52,10 @@ class Loop {
   // them, this many rounds deep before the pollers get their turn.
   static constexpr int kDrainRounds = 4;
   // While a loop with pollers keeps turning, libuv's turn (epoll: sockets,
-  // timers) comes once kUvTurnMin has passed; after kQuietUvTurns turns in a
-  // row that found nothing, the wait doubles up to kUvTurnMax, and it is
-  // back to kUvTurnMin after a turn that found something (see run()).
+  // timers) comes once kUvTurnMin has passed; while the pollers keep making
+  // progress and kQuietUvTurns turns in a row found nothing, the wait doubles
+  // up to kUvTurnMax; it is back to kUvTurnMin after a turn that found
+  // something or a spell in which the pollers did nothing (see run()).
   static constexpr std::chrono::microseconds kUvTurnMin{5};
   static constexpr std::chrono::microseconds kUvTurnMax{200};
   static constexpr unsigned kQuietUvTurns = 8;

@@ -72,7 +72,8 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
     read_callback_fn fn;
   };
 
-  ConnectionBase(Loop& loop, std::string peer) : loop_(loop), peer_(std::move(peer)) {}
+  ConnectionBase(Loop& loop, std::string peer)
+      : keepLoop_(loop.weak_from_this().lock()), loop_(loop), peer_(std::move(peer)) {}
 
   void readInLoop(ReadOp op) {
     ACTORPIPE_DCHECK(loop_.ownsState());
@@ -114,6 +115,9 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
     reads.drain([this](ReadOp op) { op.fn(error_); });
   }
 
+  // The loop outlives us: a handle dropped after its context closed still
+  // posts its close here (refused: the loop has finished).
+  const std::shared_ptr<Loop> keepLoop_;
   Loop& loop_;
   const std::string peer_;
   Error error_;

@@ -113,6 +113,8 @@ Error IbvConnection::bringUp(const Coordinates& peer) {
 }
 
 void IbvConnection::start(std::function<void(const Error&)> ready) {
+  // Closed before this posted start ran: as shm's startAsClient.
+  if (error_) return ready(error_);
   self_ = shared_from_this();
   if (auto e = createQueuePair()) {
     closeInLoop(e);

@@ -133,8 +133,15 @@ void IbvListener::arm() {
   auto self = shared_from_this();
   bootstrap_->accept([self](const Error& e, std::shared_ptr<Connection> bootstrap) {
     if (e) {
-      std::lock_guard<std::mutex> guard(self->mutex_);
-      self->error_ = e;
+      // Closed (or failed): connections set up but not accepted close with
+      // it, as shm's and uv's do.
+      std::deque<std::shared_ptr<Connection>> ready;
+      {
+        std::lock_guard<std::mutex> guard(self->mutex_);
+        self->error_ = e;
+        ready.swap(self->ready_);
+      }
+      for (auto& c : ready) c->close(e);
     } else {
       auto connection = std::make_shared<IbvConnection>(self->context_->loop(), self->context_->device_, bootstrap,
                                                         "ibv peer " + bootstrap->peerAddress());
@@ -142,8 +149,14 @@ void IbvListener::arm() {
       self->context_->track(connection);
       connection->start([self, connection](const Error& e) {
         if (e) return;  // a peer that failed its setup concerns itself only
-        std::lock_guard<std::mutex> guard(self->mutex_);
-        self->ready_.push_back(connection);
+        Error closed;
+        {
+          std::lock_guard<std::mutex> guard(self->mutex_);
+          closed = self->error_;
+          if (!closed) self->ready_.push_back(connection);
+        }
+        if (closed) return connection->close(closed);
+        self->match();  // an accept() may be waiting for it
       });
       self->arm();
     }

@@ -83,6 +83,10 @@ Error ShmConnection::mapRings(int outFd, int inFd, size_t ringSize) {
 }
 
 void ShmConnection::startAsClient(const std::string& name, size_t ringSize) {
+  // Closed before this posted start ran (its last handle dropped on the
+  // loop, say): its operations have failed; opening a socket and rings now
+  // would leave them with nobody to close them.
+  if (error_) return;
   self_ = shared_from_this();
   sockaddr_un address;
   socklen_t length;

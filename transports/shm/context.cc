@@ -35,7 +35,7 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
  public:
   // `maxRingSize`: the largest ring an accepted peer may ask for.
   ShmListener(detail::Loop& loop, size_t maxRingSize, std::shared_ptr<ShmRegistry> registry)
-      : loop_(loop), maxRingSize_(maxRingSize), registry_(std::move(registry)) {}
+      : keepLoop_(loop.weak_from_this().lock()), loop_(loop), maxRingSize_(maxRingSize), registry_(std::move(registry)) {}
 
   // Loop thread.
   void bind(const std::string& name);
@@ -99,6 +99,9 @@ class ShmListener final : public Listener, public std::enable_shared_from_this<S
   // readable: polling it would spin. We look again after this long.
   static constexpr std::chrono::milliseconds kAcceptPause{100};
 
+  // As a connection's (detail/connection_base.h): a handle dropped after the
+  // context posts its close to a finished loop, not to freed memory.
+  const std::shared_ptr<detail::Loop> keepLoop_;
   detail::Loop& loop_;
   size_t maxRingSize_;
   std::shared_ptr<ShmRegistry> registry_;

@@ -29,7 +29,8 @@ constexpr int kBacklog = 1024;
 
 class UvListener final : public Listener, public std::enable_shared_from_this<UvListener> {
  public:
-  UvListener(detail::Loop& loop, std::shared_ptr<UvRegistry> registry) : loop_(loop), registry_(std::move(registry)) {}
+  UvListener(detail::Loop& loop, std::shared_ptr<UvRegistry> registry)
+      : keepLoop_(loop.weak_from_this().lock()), loop_(loop), registry_(std::move(registry)) {}
 
   // Loop thread.
   void bind(const SockAddr& addr);
@@ -50,6 +51,9 @@ class UvListener final : public Listener, public std::enable_shared_from_this<Uv
   std::shared_ptr<UvConnection> takeHeld();
   static void onConnection(uv_stream_t* server, int status);
 
+  // As a connection's (detail/connection_base.h): a handle dropped after the
+  // context posts its close to a finished loop, not to freed memory.
+  const std::shared_ptr<detail::Loop> keepLoop_;
   detail::Loop& loop_;
   // The context's: connections we accept are closed when it closes. Shared,
   // not the context itself, which may be gone while we still run.
