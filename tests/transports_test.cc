@@ -829,6 +829,15 @@ TEST_CASE("a connection or listener used or dropped after its context is gone fa
     auto result = read.get_future();
     REQUIRE(result.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
     CHECK(result.get().isOfType<ContextClosedError>());
+    // From fresh threads too: one may be given the ended loop thread's id
+    // (glibc reuses thread stacks), and must not be taken for the loop.
+    for (int i = 0; i < 8; ++i) {
+      std::promise<Error> late;
+      std::thread([&] { client->read(&byte, 1, [&](const Error& e) { late.set_value(e); }); }).join();
+      auto lateResult = late.get_future();
+      REQUIRE(lateResult.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+      CHECK(lateResult.get());
+    }
     std::promise<Error> accepted;
     listener->accept([&](const Error& e, std::shared_ptr<transport::Connection>) { accepted.set_value(e); });
     auto acceptResult = accepted.get_future();

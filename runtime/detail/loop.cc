@@ -35,7 +35,7 @@ Loop::Loop(std::string name) : name_(std::move(name)) {
   async_->data = this;
   std::atomic<bool> started{false};
   thread_ = std::thread([this, &started] {
-    threadId_ = std::this_thread::get_id();
+    threadId_.store(std::this_thread::get_id(), std::memory_order_release);
     // "ap." and the loop's name, as `top -H` and debuggers show it (the
     // kernel keeps 15 bytes).
     std::string thread = ("ap." + name_).substr(0, 15);
@@ -331,6 +331,8 @@ void Loop::run() {
       },
       nullptr);
   uv_run(loop_, UV_RUN_DEFAULT);
+  // No thread is this loop's any more (see inLoop()).
+  threadId_.store(std::thread::id(), std::memory_order_release);
 }
 
 void Loop::stop(Task teardown) {

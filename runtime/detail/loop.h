@@ -90,7 +90,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
     return true;
   }
 
-  bool inLoop() const { return std::this_thread::get_id() == threadId_; }
+  // False once the loop's thread has ended, whatever thread asks (a later
+  // thread may be given the ended one's id).
+  bool inLoop() const { return std::this_thread::get_id() == threadId_.load(std::memory_order_acquire); }
   // Whether the caller may touch what only the loop thread touches: it is
   // the loop thread, or the loop has finished its last turn (no thread runs
   // it any more; whoever tears down may clean up). What loop-only methods
@@ -138,7 +140,7 @@ class Loop : public std::enable_shared_from_this<Loop> {
   uv_loop_s* loop_{nullptr};
   uv_async_s* async_{nullptr};
   std::thread thread_;
-  std::thread::id threadId_;
+  std::atomic<std::thread::id> threadId_{};
 
   mutable std::mutex mutex_;
   // Vectors, swapped each turn: their capacity stays, so a busy loop

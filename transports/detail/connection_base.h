@@ -128,7 +128,9 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
   Derived& derived() { return static_cast<Derived&>(*this); }
   template <typename Fn>
   void failLater(Fn fn, Error why) {
-    loop_.post([fn = std::move(fn), why] { fn(why); });
+    // Made only if the loop takes it: on a finished loop (a connection used
+    // after its context is gone) the callback still runs, here.
+    if (!loop_.postMade([&] { return [fn = std::move(fn), why] { fn(why); }; })) fn(why);
   }
 
   std::function<void(const Error&)> peerGoneFn_;
