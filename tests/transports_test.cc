@@ -312,14 +312,16 @@ TEST_CASE("a polling loop asks epoll rarely while its rings work and its sockets
   turnsOver(std::chrono::milliseconds(5));
   const uint64_t busy = turnsOver(window);
   // At one turn per kUvTurnMax, 1,000 turns in the window; at kUvTurnMin, up
-  // to 40,000 (fewer where a turn costs more than 5 µs).
+  // to 40,000 (37,000 here; 3,685 under TSan beside another test: a turn
+  // then costs more than 5 µs). A phase that backed off when it should not
+  // have gets about 1,000 (mutation-checked): 1,500 tells them apart.
   const uint64_t atMax = window / Loop::kUvTurnMax;
   CAPTURE(idle);
   CAPTURE(quiet);
   CAPTURE(busy);
-  CHECK(idle >= 4 * atMax);
+  CHECK(idle >= 3 * atMax / 2);
   CHECK(quiet <= 2 * atMax);
-  CHECK(busy >= 4 * atMax);
+  CHECK(busy >= 3 * atMax / 2);
   std::promise<void> stopped;
   loop.post([&] {
     uv_close(reinterpret_cast<uv_handle_t*>(&handles.prepare), nullptr);
