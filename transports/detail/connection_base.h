@@ -126,6 +126,8 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
+
+ protected:
   template <typename Fn>
   void failLater(Fn fn, Error why) {
     // Made only if the loop takes it: on a finished loop (a connection used
@@ -133,6 +135,7 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
     if (!loop_.postMade([&] { return [fn = std::move(fn), why] { fn(why); }; })) fn(why);
   }
 
+ private:
   std::function<void(const Error&)> peerGoneFn_;
 };
 

@@ -223,7 +223,6 @@ void UvConnection::writeInLoop(Slices slices, write_callback_fn fn) {
   }
   op->req.data = op;
   op->fn = std::move(fn);
-  op->owner = shared_from_this();
   for (const auto& s : slices) {
     if (s.length > 0) {
       op->bufs.push_back(uv_buf_init(const_cast<char*>(static_cast<const char*>(s.ptr)),
@@ -240,14 +239,88 @@ void UvConnection::writeInLoop(Slices slices, write_callback_fn fn) {
   issueWrite(op);
 }
 
+// libuv 1.44 re-registers a socket with epoll after every uv_write that
+// the socket took at once: uv__io_stop(POLLOUT) queues the watcher even
+// though its events did not change, and the next turn makes an
+// EPOLL_CTL_MOD system call for it. That was one system call per message
+// (two per round trip, besides the writes themselves). So while none of our
+// writes is queued in libuv, a write first goes through uv_try_write, which
+// touches no watcher; what the socket takes whole completes later, like a
+// uv_write would, and the rest (if any) goes to uv_write.
+//
+// Callbacks still run in the order the writes were made (context.h's
+// contract): those of writes taken at once wait in takenWrites_ for one
+// posted task, and any uv_write callback (a later write's, possibly in
+// this very turn: libuv calls back a write it finished at once, or one
+// cancelled by a close, before our posted task runs) first runs theirs.
+// Only while none of ours is queued in libuv: the try would then write
+// past it. Large writes skip the try (the socket would take part, and
+// uv_write's own attempt at the rest would be a wasted call), and so does
+// a failing one: uv_write reports its error through the callback, on a
+// later turn, as before.
 void UvConnection::issueWrite(WriteOp* op) {
-  int rc = uv_write(&op->req, reinterpret_cast<uv_stream_t*>(handle_), op->bufs.data(),
-                    static_cast<unsigned>(op->bufs.size()), &UvConnection::onWrite);
+  auto* stream = reinterpret_cast<uv_stream_t*>(handle_);
+  size_t first = 0;
+  if (queuedWrites_ == 0) {
+    size_t total = 0;
+    for (const auto& b : op->bufs) total += b.len;
+    if (total <= kTryWriteAtMost) {
+      int n = uv_try_write(stream, op->bufs.data(), static_cast<unsigned>(op->bufs.size()));
+      if (n >= 0 && static_cast<size_t>(n) == total) {
+        takenWrites_.push_back(std::move(op->fn));
+        recycle(op);
+        loop_.noteActivity();
+        if (!takenPosted_) {
+          takenPosted_ = true;
+          auto self = shared_from_this();
+          if (!loop_.postMade([&] { return [self] { self->completeTakenWrites(); }; })) completeTakenWrites();
+        }
+        return;
+      }
+      // Taken in part: the rest from where the socket stopped.
+      for (size_t left = n > 0 ? static_cast<size_t>(n) : 0; left > 0; ++first) {
+        uv_buf_t& b = op->bufs[first];
+        if (left < b.len) {
+          b.base += left;
+          b.len -= static_cast<unsigned>(left);
+          break;
+        }
+        left -= b.len;
+      }
+    }
+  }
+  op->owner = shared_from_this();
+  ++queuedWrites_;
+  int rc = uv_write(&op->req, stream, op->bufs.data() + first,
+                    static_cast<unsigned>(op->bufs.size() - first), &UvConnection::onWrite);
   if (rc != 0) {
+    --queuedWrites_;
     auto fn = std::move(op->fn);
-    delete op;
+    recycle(op);
     closeInLoop(uvError("write", rc));
-    fn(error_);
+    failLater(std::move(fn), error_);
+  }
+}
+
+void UvConnection::completeTakenWrites() {
+  takenPosted_ = false;
+  if (takenWrites_.empty()) return;
+  auto keep = shared_from_this();  // a callback may drop the last handle
+  // Callbacks may write more: those wait for the next task, behind these.
+  ACTORPIPE_DCHECK(completing_.empty());
+  completing_.swap(takenWrites_);
+  for (auto& fn : completing_) fn(Error());
+  completing_.clear();
+}
+
+void UvConnection::recycle(WriteOp* op) {
+  op->owner.reset();
+  // Kept for the next write (a steady exchange allocates none); a burst's
+  // surplus is freed.
+  if (spareWrites_.size() < kSpareWrites) {
+    spareWrites_.emplace_back(op);
+  } else {
+    delete op;
   }
 }
 
@@ -255,14 +328,10 @@ void UvConnection::onWrite(uv_write_t* req, int status) {
   auto* op = static_cast<WriteOp*>(req->data);
   auto owner = std::move(op->owner);
   auto fn = std::move(op->fn);
-  // Kept for the next write (a steady exchange allocates none); a burst's
-  // surplus is freed.
-  if (owner->spareWrites_.size() < kSpareWrites) {
-    owner->spareWrites_.emplace_back(op);
-  } else {
-    delete op;
-  }
+  --owner->queuedWrites_;
+  owner->recycle(op);
   owner->loop_.noteActivity();
+  owner->completeTakenWrites();  // earlier writes, taken at once
   if (status == 0) {
     fn(Error());
     return;

@@ -1,7 +1,8 @@
 #pragma once
 // A TCP connection on a libuv loop. Reads go through a small staging buffer
 // (so many small frames cost one system call) except large reads, which land
-// straight in the caller's memory. Writes are gathered into one writev.
+// straight in the caller's memory. Writes are gathered into one writev,
+// tried at once while none is queued (see issueWrite).
 #include <deque>
 #include <memory>
 #include <vector>
@@ -38,6 +39,8 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   void writeInLoop(Slices slices, write_callback_fn fn);
   void closeInLoop(const Error& reason);
   void issueWrite(WriteOp* op);
+  void recycle(WriteOp* op);
+  void completeTakenWrites();
   void onConnected(int status);
   void peerGone();
   void updateReading();
@@ -60,6 +63,13 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   std::vector<WriteOp*> writesBeforeConnect_;
   static constexpr size_t kSpareWrites = 4;
   std::vector<std::unique_ptr<WriteOp>> spareWrites_;  // finished, for reuse
+  size_t queuedWrites_{0};  // handed to uv_write, callback not yet run
+  // Writes the socket took at once, in order, their callbacks not yet run,
+  // and whether a task to run them is posted (see issueWrite).
+  std::vector<write_callback_fn> takenWrites_;
+  std::vector<write_callback_fn> completing_;
+  bool takenPosted_{false};
+  static constexpr size_t kTryWriteAtMost = 256 * 1024;
 };
 
 } // namespace actorpipe::transport::uv
