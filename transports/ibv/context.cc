@@ -40,17 +40,100 @@ class IbvListener final : public Listener, public std::enable_shared_from_this<I
   std::deque<std::shared_ptr<Connection>> ready_;
 };
 
+// One completion channel for all of a context's connections: its fd wakes
+// the loop, the event names the completion queue, whose connection then
+// polls. It is an object of its own, held by its poll handle while that is
+// open, so that a context destroyed while its lent loop runs on leaves the
+// handle to a close task rather than to freed memory (the handle's data was
+// the context itself). Untested on hardware: there is no RDMA device here.
+struct Completions : std::enable_shared_from_this<Completions> {
+  explicit Completions(std::shared_ptr<Device> device) : device(std::move(device)) {}
+
+  // Any thread.
+  void track(const std::shared_ptr<IbvConnection>& c) {
+    std::lock_guard<std::mutex> guard(mutex);
+    for (auto it = connections.begin(); it != connections.end();) {
+      it = it->second.expired() ? connections.erase(it) : std::next(it);
+    }
+    connections[c->cq()] = c;
+  }
+  template <typename Fn>
+  void forEach(Fn fn) {
+    std::lock_guard<std::mutex> guard(mutex);
+    for (auto& c : connections) {
+      if (auto live = c.second.lock()) fn(*live);
+    }
+  }
+
+  // Loop thread.
+  void watch(actorpipe::detail::Loop& on) {
+    if (poll != nullptr || closed) return;
+    loop = &on;
+    poll = new uv_poll_t;
+    if (uv_poll_init(on.uv(), poll, device->channel->fd) != 0) {
+      delete poll;
+      poll = nullptr;
+      return;
+    }
+    poll->data = this;
+    held = shared_from_this();
+    uv_poll_start(poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+      auto* self = static_cast<Completions*>(h->data);
+      ibv_cq* cq = nullptr;
+      void* ctx = nullptr;
+      while (ibv_get_cq_event(self->device->channel, &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        std::lock_guard<std::mutex> guard(self->mutex);
+        auto it = self->connections.find(cq);
+        if (it != self->connections.end()) {
+          if (auto c = it->second.lock()) c->onCompletionEvent();
+        }
+      }
+      self->loop->noteActivity();
+    });
+  }
+  // Loop thread, or any once the loop has finished (then libuv is done
+  // with the handle: its teardown closed it).
+  void unwatch(bool loopFinished) {
+    if (closed) return;
+    closed = true;
+    if (poll == nullptr) return;
+    if (loopFinished) {
+      delete poll;
+      poll = nullptr;
+      held.reset();  // may free *this
+      return;
+    }
+    uv_close(reinterpret_cast<uv_handle_t*>(poll), [](uv_handle_t* h) {
+      auto* self = static_cast<Completions*>(h->data);
+      delete reinterpret_cast<uv_poll_t*>(h);
+      self->poll = nullptr;
+      self->held.reset();  // may free *self
+    });
+  }
+
+  const std::shared_ptr<Device> device;
+  std::mutex mutex;
+  std::map<ibv_cq*, std::weak_ptr<IbvConnection>> connections;
+  // Loop thread only.
+  actorpipe::detail::Loop* loop{nullptr};
+  uv_poll_t* poll{nullptr};
+  std::shared_ptr<Completions> held;  // while the handle is open
+  bool closed{false};
+};
+
 class IbvContext final : public Context, public std::enable_shared_from_this<IbvContext> {
  public:
-  explicit IbvContext(std::shared_ptr<Device> device) : device_(std::move(device)), uv_(uv::create()) {}
+  explicit IbvContext(std::shared_ptr<Device> device)
+      : device_(std::move(device)), uv_(uv::create()), completions_(std::make_shared<Completions>(device_)) {}
   ~IbvContext() override { join(); }
 
   std::shared_ptr<Connection> connect(std::string addr) override {
     auto connection = std::make_shared<IbvConnection>(loop(), device_, uv_->connect(addr), "ibv://" + addr);
     auto self = shared_from_this();
     loop().post([self, connection] {
-      self->watchCompletions();
-      self->track(connection);
+      self->completions_->watch(self->loop());
+      self->completions_->track(connection);
       connection->start([](const Error&) {});
     });
     return detail::handOut(std::move(connection));
@@ -77,44 +160,14 @@ class IbvContext final : public Context, public std::enable_shared_from_this<Ibv
   }
   void shutdown(const Error& reason) override {
     uv_->shutdown(reason);
-    std::lock_guard<std::mutex> guard(mutex_);
-    for (auto& c : connections_) {
-      if (auto live = c.second.lock()) live->close(reason);
-    }
+    completions_->forEach([&](IbvConnection& c) { c.close(reason); });
+    // The close task holds the completions, not us: from the destructor on
+    // a lent loop, it runs after we are gone.
+    auto completions = completions_;
+    if (!loop().post([completions] { completions->unwatch(false); })) completions->unwatch(true);
   }
 
-  // Loop thread.
-  void track(const std::shared_ptr<IbvConnection>& c) {
-    std::lock_guard<std::mutex> guard(mutex_);
-    for (auto it = connections_.begin(); it != connections_.end();) {
-      it = it->second.expired() ? connections_.erase(it) : std::next(it);
-    }
-    connections_[c->cq()] = c;
-  }
   std::shared_ptr<Device> device() const { return device_; }
-
-  // One completion channel for all connections: its fd wakes the loop, the
-  // event names the completion queue, whose connection then polls.
-  void watchCompletions() {
-    if (poll_ != nullptr) return;
-    poll_ = new uv_poll_t;
-    uv_poll_init(loop().uv(), poll_, device_->channel->fd);
-    poll_->data = this;
-    uv_poll_start(poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
-      auto* self = static_cast<IbvContext*>(h->data);
-      ibv_cq* cq = nullptr;
-      void* ctx = nullptr;
-      while (ibv_get_cq_event(self->device_->channel, &cq, &ctx) == 0) {
-        ibv_ack_cq_events(cq, 1);
-        std::lock_guard<std::mutex> guard(self->mutex_);
-        auto it = self->connections_.find(cq);
-        if (it != self->connections_.end()) {
-          if (auto c = it->second.lock()) c->onCompletionEvent();
-        }
-      }
-      self->loop().noteActivity();
-    });
-  }
 
  private:
   std::shared_ptr<Device> device_;
@@ -122,9 +175,7 @@ class IbvContext final : public Context, public std::enable_shared_from_this<Ibv
   std::string domain_{"ibv"};
   std::string id_{"ibv"};
   actorpipe::detail::LoopHolder loop_{"ibv"};
-  uv_poll_t* poll_{nullptr};
-  std::mutex mutex_;
-  std::map<ibv_cq*, std::weak_ptr<IbvConnection>> connections_;
+  std::shared_ptr<Completions> completions_;
 
   friend class IbvListener;
 };
@@ -145,8 +196,8 @@ void IbvListener::arm() {
     } else {
       auto connection = std::make_shared<IbvConnection>(self->context_->loop(), self->context_->device_, bootstrap,
                                                         "ibv peer " + bootstrap->peerAddress());
-      self->context_->watchCompletions();
-      self->context_->track(connection);
+      self->context_->completions_->watch(self->context_->loop());
+      self->context_->completions_->track(connection);
       connection->start([self, connection](const Error& e) {
         if (e) return;  // a peer that failed its setup concerns itself only
         Error closed;
