@@ -297,20 +297,39 @@ void UvConnection::issueWrite(WriteOp* op) {
     --queuedWrites_;
     auto fn = std::move(op->fn);
     recycle(op);
-    closeInLoop(uvError("write", rc));
-    failLater(std::move(fn), error_);
+    // Posted before the close, whose callbacks may write (and be refused).
+    Error why = uvError("write", rc);
+    failLater(std::move(fn), why);
+    closeInLoop(why);
   }
 }
 
 void UvConnection::completeTakenWrites() {
   takenPosted_ = false;
-  if (takenWrites_.empty()) return;
+  if (takenWrites_.empty() || completingTaken_) return;
   auto keep = shared_from_this();  // a callback may drop the last handle
   // Callbacks may write more: those wait for the next task, behind these.
-  ACTORPIPE_DCHECK(completing_.empty());
+  completingTaken_ = true;
   completing_.swap(takenWrites_);
-  for (auto& fn : completing_) fn(Error());
+  size_t i = 0;
+  try {
+    for (; i < completing_.size(); ++i) completing_[i](Error());
+  } catch (...) {
+    // The loop's task runner catches it; the rest still run, first, on the
+    // next task.
+    takenWrites_.insert(takenWrites_.begin(), std::make_move_iterator(completing_.begin() + i + 1),
+                        std::make_move_iterator(completing_.end()));
+    completing_.clear();
+    completingTaken_ = false;
+    if (!takenWrites_.empty() && !takenPosted_) {
+      takenPosted_ = true;
+      auto self = shared_from_this();
+      loop_.postMade([&] { return [self] { self->completeTakenWrites(); }; });
+    }
+    throw;
+  }
   completing_.clear();
+  completingTaken_ = false;
 }
 
 void UvConnection::recycle(WriteOp* op) {

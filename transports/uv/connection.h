@@ -69,6 +69,7 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   std::vector<write_callback_fn> takenWrites_;
   std::vector<write_callback_fn> completing_;
   bool takenPosted_{false};
+  bool completingTaken_{false};
   static constexpr size_t kTryWriteAtMost = 256 * 1024;
 };
 
