@@ -30,6 +30,11 @@ class LoopHolder {
     loop_ = std::move(loop);
     return true;
   }
+  // The loop if there is one yet (lent or made), without making one.
+  std::shared_ptr<Loop> existing() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return loop_;
+  }
   // A lent loop is stopped by its Context, not by us.
   void stopIfOwned() {
     std::shared_ptr<Loop> loop;

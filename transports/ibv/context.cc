@@ -26,6 +26,7 @@ class IbvListener final : public Listener, public std::enable_shared_from_this<I
   IbvListener(std::shared_ptr<IbvContext> context, std::shared_ptr<Listener> bootstrap)
       : context_(std::move(context)), bootstrap_(std::move(bootstrap)) {}
   void arm();
+  void startAccepted(const std::shared_ptr<IbvConnection>& connection);
   void accept(accept_callback_fn fn) override;
   std::string addr() const override { return bootstrap_->addr(); }
   void close() override { bootstrap_->close(); }
@@ -67,7 +68,10 @@ struct Completions : std::enable_shared_from_this<Completions> {
 
   // Loop thread.
   void watch(actorpipe::detail::Loop& on) {
-    if (poll != nullptr || closed) return;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (poll != nullptr || closed) return;
+    }
     loop = &on;
     poll = new uv_poll_t;
     if (uv_poll_init(on.uv(), poll, device->channel->fd) != 0) {
@@ -92,18 +96,23 @@ struct Completions : std::enable_shared_from_this<Completions> {
       self->loop->noteActivity();
     });
   }
-  // Loop thread, or any once the loop has finished (then libuv is done
-  // with the handle: its teardown closed it).
+  // Loop thread; or, with loopFinished, any thread once the loop refused a
+  // post (it has finished its turns; its teardown closes every handle, ours
+  // too, with no callback, and may still be doing so: the handle is left to
+  // it, a hundred bytes never freed, and only our hold on ourselves goes).
   void unwatch(bool loopFinished) {
-    if (closed) return;
-    closed = true;
-    if (poll == nullptr) return;
-    if (loopFinished) {
-      delete poll;
-      poll = nullptr;
-      held.reset();  // may free *this
-      return;
+    std::shared_ptr<Completions> drop;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (closed) return;
+      closed = true;
+      if (poll == nullptr) return;
+      if (loopFinished) {
+        poll = nullptr;
+        drop = std::move(held);
+      }
     }
+    if (loopFinished) return;  // the caller holds us: drop may not free *this here
     uv_close(reinterpret_cast<uv_handle_t*>(poll), [](uv_handle_t* h) {
       auto* self = static_cast<Completions*>(h->data);
       delete reinterpret_cast<uv_poll_t*>(h);
@@ -163,8 +172,10 @@ class IbvContext final : public Context, public std::enable_shared_from_this<Ibv
     completions_->forEach([&](IbvConnection& c) { c.close(reason); });
     // The close task holds the completions, not us: from the destructor on
     // a lent loop, it runs after we are gone.
+    // No loop yet: nothing was ever watched (watch runs on a loop task).
+    auto loop = loop_.existing();
     auto completions = completions_;
-    if (!loop().post([completions] { completions->unwatch(false); })) completions->unwatch(true);
+    if (loop && !loop->post([completions] { completions->unwatch(false); })) completions->unwatch(true);
   }
 
   std::shared_ptr<Device> device() const { return device_; }
@@ -196,22 +207,32 @@ void IbvListener::arm() {
     } else {
       auto connection = std::make_shared<IbvConnection>(self->context_->loop(), self->context_->device_, bootstrap,
                                                         "ibv peer " + bootstrap->peerAddress());
-      self->context_->completions_->watch(self->context_->loop());
-      self->context_->completions_->track(connection);
-      connection->start([self, connection](const Error& e) {
-        if (e) return;  // a peer that failed its setup concerns itself only
-        Error closed;
-        {
-          std::lock_guard<std::mutex> guard(self->mutex_);
-          closed = self->error_;
-          if (!closed) self->ready_.push_back(connection);
-        }
-        if (closed) return connection->close(closed);
-        self->match();  // an accept() may be waiting for it
+      // On the ibv loop: the bootstrap's accept may run on a uv loop of its
+      // own (ibv used on its own, not registered with a Context).
+      self->context_->loop().post([self, connection] {
+        self->context_->completions_->watch(self->context_->loop());
+        self->context_->completions_->track(connection);
+        self->startAccepted(connection);
       });
       self->arm();
     }
     self->match();
+  });
+}
+
+// Ibv loop thread.
+void IbvListener::startAccepted(const std::shared_ptr<IbvConnection>& connection) {
+  auto self = shared_from_this();
+  connection->start([self, connection](const Error& e) {
+    if (e) return;  // a peer that failed its setup concerns itself only
+    Error closed;
+    {
+      std::lock_guard<std::mutex> guard(self->mutex_);
+      closed = self->error_;
+      if (!closed) self->ready_.push_back(connection);
+    }
+    if (closed) return connection->close(closed);
+    self->match();  // an accept() may be waiting for it
   });
 }
 
