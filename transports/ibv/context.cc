@@ -171,8 +171,8 @@ class IbvContext final : public Context, public std::enable_shared_from_this<Ibv
     uv_->shutdown(reason);
     completions_->forEach([&](IbvConnection& c) { c.close(reason); });
     // The close task holds the completions, not us: from the destructor on
-    // a lent loop, it runs after we are gone.
-    // No loop yet: nothing was ever watched (watch runs on a loop task).
+    // a lent loop, it runs after we are gone. Without a loop yet nothing was
+    // ever watched (watch runs on a loop task).
     auto loop = loop_.existing();
     auto completions = completions_;
     if (loop && !loop->post([completions] { completions->unwatch(false); })) completions->unwatch(true);

@@ -270,11 +270,7 @@ void UvConnection::issueWrite(WriteOp* op) {
         takenWrites_.push_back(std::move(op->fn));
         recycle(op);
         loop_.noteActivity();
-        if (!takenPosted_) {
-          takenPosted_ = true;
-          auto self = shared_from_this();
-          if (!loop_.postMade([&] { return [self] { self->completeTakenWrites(); }; })) completeTakenWrites();
-        }
+        scheduleTakenWrites();
         return;
       }
       // Taken in part: the rest from where the socket stopped.
@@ -321,15 +317,21 @@ void UvConnection::completeTakenWrites() {
                         std::make_move_iterator(completing_.end()));
     completing_.clear();
     completingTaken_ = false;
-    if (!takenWrites_.empty() && !takenPosted_) {
-      takenPosted_ = true;
-      auto self = shared_from_this();
-      loop_.postMade([&] { return [self] { self->completeTakenWrites(); }; });
-    }
+    scheduleTakenWrites();
     throw;
   }
   completing_.clear();
   completingTaken_ = false;
+  scheduleTakenWrites();  // for any a callback's write left here (normally a task is posted)
+}
+
+// One posted task runs the callbacks of writes taken at once; on a loop
+// that refuses it (finished) they run here.
+void UvConnection::scheduleTakenWrites() {
+  if (takenWrites_.empty() || takenPosted_) return;
+  takenPosted_ = true;
+  auto self = shared_from_this();
+  if (!loop_.postMade([&] { return [self] { self->completeTakenWrites(); }; })) completeTakenWrites();
 }
 
 void UvConnection::recycle(WriteOp* op) {

@@ -41,6 +41,7 @@ class UvConnection final : public detail::ConnectionBase<UvConnection> {
   void issueWrite(WriteOp* op);
   void recycle(WriteOp* op);
   void completeTakenWrites();
+  void scheduleTakenWrites();
   void onConnected(int status);
   void peerGone();
   void updateReading();
