@@ -1010,7 +1010,7 @@ TEST_CASE("tcp writes the socket takes at once complete later, in order with que
   std::vector<int> order;
   std::atomic<int> inside{0}, failed{0};
   std::promise<void> allWritten, allRead;
-  std::atomic<bool> issuing{false};
+  std::atomic<bool> issuing{false}, readFailed{false};
 
   auto [accepting, connecting, listener, client, server] = connectedPair(transportKinds()[0]);
   connecting->loop().post([&] {
@@ -1028,7 +1028,6 @@ TEST_CASE("tcp writes the socket takes at once complete later, in order with que
   // The peer reads only once every write was issued: by then the socket is
   // full and writes wait in libuv's queue.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::atomic<bool> readFailed{false};
   server->read(received.data(), total, [&](const Error& e) {
     readFailed = bool(e);
     allRead.set_value();
