@@ -30,6 +30,20 @@ std::shared_ptr<Operation> allReduceOf(const std::vector<TensorView>& tensors, c
   return operation;
 }
 
+// The collectives that form the group wait as long as the rendezvous: a
+// rank still starting up is not late for a collective it has not been
+// asked to call yet (a short operationTimeout must not fail the join).
+// They run on the tree in one chunk, on every rank alike.
+std::shared_ptr<Operation> formingOf(const TreeCore& core, const std::vector<TensorView>& tensors,
+                                     const Reduction& op, Operation::Kind kind = Operation::Kind::kAllReduce) {
+  constexpr size_t kOneChunk = size_t{1} << 20;
+  auto operation = allReduceOf(tensors, op, true, kOneChunk);
+  operation->kind = kind;
+  if (kind == Operation::Kind::kBroadcast) operation->name = "broadcast";
+  operation->timeout = core.options.rendezvousTimeout;
+  return operation;
+}
+
 
 // Every rank's plan (plan.h) against rank 0's, before any collective that
 // depends on it: rank 0's travels to all (a broadcast), each rank compares,
@@ -38,15 +52,13 @@ std::shared_ptr<Operation> allReduceOf(const std::vector<TensorView>& tensors, c
 // rank fails with the same words. These three run on the tree, in one chunk,
 // whatever the plans say.
 Error agreeOnPlan(Tree& tree, TreeCore& core) {
-  constexpr size_t kOneChunk = size_t{1} << 20;
   static const Reduction kMin = Reduction::min();
   static const Reduction kMax = Reduction::max();
   const std::vector<uint64_t> mine = core.plan.fields();
   std::vector<int64_t> zeros(mine.begin(), mine.end());
-  auto broadcast = allReduceOf({tensorOf(zeros)}, kMin, true, kOneChunk);
-  broadcast->kind = Operation::Kind::kBroadcast;
-  broadcast->name = "broadcast";
-  if (Error error = core.run(broadcast)) return error;
+  if (Error error = core.run(formingOf(core, {tensorOf(zeros)}, kMin, Operation::Kind::kBroadcast))) {
+    return error;
+  }
   const int64_t fields = static_cast<int64_t>(mine.size());
   std::vector<int64_t> first{INT64_MAX};
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -55,12 +67,12 @@ Error agreeOnPlan(Tree& tree, TreeCore& core) {
       break;
     }
   }
-  if (Error error = core.run(allReduceOf({tensorOf(first)}, kMin, true, kOneChunk))) return error;
+  if (Error error = core.run(formingOf(core, {tensorOf(first)}, kMin))) return error;
   if (first[0] == INT64_MAX) return Error::kSuccess;
   const int rank = static_cast<int>(first[0] / fields);
   const size_t field = static_cast<size_t>(first[0] % fields);
   std::vector<int64_t> theirs{rank == tree.rank() ? static_cast<int64_t>(mine[field]) : INT64_MIN};
-  if (Error error = core.run(allReduceOf({tensorOf(theirs)}, kMax, true, kOneChunk))) return error;
+  if (Error error = core.run(formingOf(core, {tensorOf(theirs)}, kMax))) return error;
   return ACTORPIPE_ERROR(LogicError, "rank " + std::to_string(rank) + " chose its collectives differently from rank 0: " +
                                          CollectivePlan::fieldName(field) + " is " + std::to_string(theirs[0]) +
                                          " there and " + std::to_string(zeros[field]) +
@@ -86,7 +98,8 @@ Error setUpArena(Tree& tree, TreeCore& core) {
     arena = HostArena::create(tree.size(), options, created, why);
     std::memcpy(name.data(), created.data(), std::min(created.size(), name.size() - 1));
   }
-  if (Error error = tree.broadcast({tensorOf(name)})) {
+  static const Reduction kMin = Reduction::min();
+  if (Error error = core.run(formingOf(core, {tensorOf(name)}, kMin, Operation::Kind::kBroadcast))) {
     HostArena::unlink(created);
     return error;
   }
@@ -97,7 +110,7 @@ Error setUpArena(Tree& tree, TreeCore& core) {
     arena = HostArena::open(shared, tree.rank(), tree.size(), options, why);
   }
   std::vector<int32_t> mapped{arena ? 1 : 0};
-  Error error = tree.allReduce({tensorOf(mapped)}, Reduction::min());
+  Error error = core.run(formingOf(core, {tensorOf(mapped)}, kMin));
   HostArena::unlink(created);
   if (error) return error;
   if (mapped[0] != 1) {

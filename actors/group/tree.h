@@ -32,7 +32,8 @@
 // see their pipe fail and tell every other rank through the tree, so every
 // pending and later collective fails with a RankFailedError naming that
 // rank. A collective that waits longer than operationTimeout fails with a
-// TimeoutError. A failed group stays failed: make a new Tree.
+// TimeoutError (the few that Tree::create runs to form the group wait
+// rendezvousTimeout instead: a rank still starting up is not late). A failed group stays failed: make a new Tree.
 //
 // One collective at a time per Tree (calls from several threads are
 // serialized), and every rank must call the same collectives in the same

@@ -685,7 +685,11 @@ void TreeCore::startOperation(const std::shared_ptr<Operation>& operation) {
   checkFinished();
 }
 
-// Loop: the caller waited operationTimeout for `operation`.
+std::chrono::milliseconds TreeCore::timeoutOf(const Operation& operation) const {
+  return operation.timeout.count() > 0 ? operation.timeout : options.operationTimeout;
+}
+
+// Loop: the caller waited timeoutOf(operation) for it.
 void TreeCore::timeOut(const std::shared_ptr<Operation>& operation) {
   if (operation_ != operation || operation->finished || operation->error) return;
   std::string waitingFor;
@@ -697,7 +701,7 @@ void TreeCore::timeOut(const std::shared_ptr<Operation>& operation) {
   fail(ACTORPIPE_ERROR(TimeoutError,
                        std::string(operation->name) + " #" + std::to_string(operation->sequence) +
                            " at rank " + std::to_string(info.rank) + " waited " +
-                           std::to_string(options.operationTimeout.count()) + " ms for rank(s) " +
+                           std::to_string(timeoutOf(*operation).count()) + " ms for rank(s) " +
                            (waitingFor.empty() ? "?" : waitingFor)));
 }
 
@@ -711,7 +715,7 @@ Error TreeCore::run(std::shared_ptr<Operation> operation) {
   while (op.stage.level() == Operation::kRunning && Clock::now() < spinUntil) {
     std::this_thread::yield();
   }
-  if (!op.stage.waitFor(Operation::kFailed, Clock::now() + options.operationTimeout)) {
+  if (!op.stage.waitFor(Operation::kFailed, Clock::now() + timeoutOf(op))) {
     dispatch([this, operation] { timeOut(operation); });
     op.stage.waitFor(Operation::kFailed);
   }

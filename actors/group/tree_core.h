@@ -117,6 +117,11 @@ struct Operation {
   size_t scratchBytes{0};  // what scratch buffers need (aligned segments); 0: totalBytes
   // Scatter: the root's per-rank tensors.
   std::vector<TensorView> perRank;
+  // How long the caller waits; 0: TreeOptions::operationTimeout. The
+  // collectives that form the group (Tree::create) take rendezvousTimeout:
+  // a short operationTimeout must not fail the join while a slow rank is
+  // still starting up.
+  std::chrono::milliseconds timeout{0};
 
   int contributors{0};  // the result's: how many ranks contributed
   std::unique_ptr<Algorithm> algorithm;  // set when the call starts, on the loop
@@ -213,6 +218,7 @@ class TreeCore : public std::enable_shared_from_this<TreeCore> {
   bool quiet(const Operation& op) const { return op.pendingWrites == 0 && !readsInFlight(); }
   void startOperation(const std::shared_ptr<Operation>& operation);
   void timeOut(const std::shared_ptr<Operation>& operation);
+  std::chrono::milliseconds timeoutOf(const Operation& operation) const;
   void setBroken(Error error);
   bool onLoop() const { return loop_->ownsState(); }
 

@@ -8,7 +8,10 @@
 // Each scenario checks every rank's results against a reference computed
 // locally; a rank exits non-zero (with the reason on stderr) on the first
 // mismatch, so actorpipe-run fails the whole test.
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,6 +31,20 @@
 
 using namespace actorpipe::group;
 using Clock = std::chrono::steady_clock;
+
+// GROUP_CHECK_SLOW_ARENA_MS=N: this rank takes N ms to create the host
+// arena's segment, between the collectives that form the group, as a rank
+// on a loaded machine may (shm_open is wrapped in this executable; the
+// library's call resolves to it, and no sanitizer wraps shm_open).
+extern "C" int shm_open(const char* name, int flags, mode_t mode) {
+  using Fn = int (*)(const char*, int, mode_t);
+  static Fn real = reinterpret_cast<Fn>(::dlsym(RTLD_NEXT, "shm_open"));
+  const char* slow = std::getenv("GROUP_CHECK_SLOW_ARENA_MS");
+  if (slow && (flags & O_CREAT) && std::strstr(name, "arena")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(slow)));
+  }
+  return real(name, flags, mode);
+}
 
 namespace {
 
@@ -426,7 +443,7 @@ int main(int argc, char** argv) {
       // (given a short operationTimeout by the test) then times out in the
       // next collective and tells everyone. Its notice must not fail the
       // broadcast, which every rank can still finish: only the next one fails.
-      if (tree->rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(3));
+      if (tree->rank() == 2) std::this_thread::sleep_for(std::chrono::seconds(6));
       std::vector<int32_t> values(size_t(1) << 16, tree->rank() == 0 ? 7 : 0);
       ok(tree->broadcast({tensorOf(values)}), "the broadcast before the failure");
       expectAll(values, int32_t(7), "broadcast values");
