@@ -236,10 +236,10 @@ TEST_CASE("a listener that accepts and never answers: the handshake times out") 
   PipeOptions pipeOptions;
   int accepted = -1;
   SUBCASE("accepted, silent (Context handshakeTimeout)") {
-    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(1000)));
+    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(3000)));
   }
   SUBCASE("never accepted: only the kernel's backlog (Context handshakeTimeout)") {
-    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(1000)));
+    context = makeContext("patient", ContextOptions().handshakeTimeout(milliseconds(3000)));
     accepted = -2;
   }
   SUBCASE("accepted, silent (PipeOptions handshakeTimeout)") {

@@ -132,7 +132,7 @@ TEST_CASE("a stopped peer: with operationTimeout, pending operations fail with T
   for (bool tcpOnly : {true, false}) {
     CAPTURE(tcpOnly);
     StoppedPeer peer = echoChild();
-    auto options = ContextOptions().operationTimeout(std::chrono::milliseconds(1500));
+    auto options = ContextOptions().operationTimeout(std::chrono::milliseconds(5000));
     auto context = tcpOnly ? tcpContext("stopper", options) : makeContext("stopper", options);
     auto pipe = context->connect(peer.url);
     roundTrip(*pipe);

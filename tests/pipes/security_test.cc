@@ -125,7 +125,7 @@ TEST_CASE("a client that connects and never speaks is hung up on") {
 TEST_CASE("an operation past its deadline fails the pipe with a timeout") {
   auto server = makeContext("server");
   auto listener = server->listen({"tcp://127.0.0.1:0"});
-  auto client = makeContext("client", ContextOptions().operationTimeout(300ms));
+  auto client = makeContext("client", ContextOptions().operationTimeout(3s));
   auto pipe = client->connect(listener->url("tcp"));
   auto accepted = acceptSync(*listener);
   REQUIRE(accepted != nullptr);
