@@ -87,7 +87,10 @@ TEST_CASE("an actor on the loop answers its peers there, and local actors on CAF
   TestNode server;
   TestNode client;
   auto hosted = server.system().spawn(whereAmI);
-  server.node().runOnLoop(hosted);
+  // A 2 s budget per resume, not the default 20 ms: a sanitized resume
+  // preempted on 2 loaded CPUs would otherwise move the actor off the loop
+  // (the budget has its own test below).
+  server.node().runOnLoop(hosted, 2s);
   auto plain = server.system().spawn(whereAmI);
   // Started (CAF starts an actor on a worker: a message that comes before
   // that is handled there).
@@ -156,7 +159,7 @@ TEST_CASE("an asking actor on the loop gets its responses there, each request af
         };
         return {[=](ask_atom) { (*next)(200); }};
       });
-  client.node().runOnLoop(asker);
+  client.node().runOnLoop(asker, 2s);
   caf::anon_send(asker, ask_atom::value);
   auto future = done->get_future();
   REQUIRE(future.wait_for(20s) == std::future_status::ready);
@@ -171,7 +174,7 @@ TEST_CASE("peers and local actors at once: one handler at a time, each sender's 
   TestNode client;
   auto t = std::make_shared<Tally>();
   auto actor = server.system().spawn(tally, t);
-  server.node().runOnLoop(actor);
+  server.node().runOnLoop(actor, 2s);
   REQUIRE(!server.node().publish(actor, "tally"));
   auto remote = client.node().remoteActor(server.node().url("shm"), "tally");
   REQUIRE(remote);
