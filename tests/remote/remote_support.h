@@ -55,12 +55,17 @@ class TestNode {
   void leave() { node_->leave(); }
 
   // Short heartbeats, so the tests see losses quickly. Instrumented, and
-  // beside other tests on 2 CPUs, a thread can stall for hundreds of ms:
-  // sanitizer builds wait longer before they call a silent peer lost.
+  // beside other tests on 2 CPUs, a process can stall for over a second (a
+  // group test's rank did, in CI under TSan): sanitizer builds wait longer
+  // before they call a silent peer lost.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  static constexpr std::chrono::milliseconds kQuickInterval{250}, kQuickTimeout{1500};
+  static constexpr std::chrono::milliseconds kQuickInterval{500}, kQuickTimeout{3000};
+  // What "at once" may take: a killed sanitized child's teardown (its
+  // sockets close after its large mappings go) on loaded CPUs.
+  static constexpr std::chrono::milliseconds kPromptly{5000};
 #else
   static constexpr std::chrono::milliseconds kQuickInterval{100}, kQuickTimeout{600};
+  static constexpr std::chrono::milliseconds kPromptly{1000};
 #endif
   static NodeOptions quick() {
     NodeOptions options;
