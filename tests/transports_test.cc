@@ -12,6 +12,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -301,9 +302,17 @@ TEST_CASE("a polling loop asks epoll rarely while its rings work and its sockets
     std::this_thread::sleep_for(span);
     return handles.turns.load() - before;
   };
+  // A stall (the loop thread descheduled on loaded CPUs) only lowers a
+  // count: the phases that must turn fast get up to 5 windows to show it.
+  const uint64_t atMax = window / Loop::kUvTurnMax;
+  auto bestOf5 = [&] {
+    uint64_t best = 0;
+    for (int i = 0; i < 5 && best < 3 * atMax / 2; ++i) best = std::max(best, turnsOver(window));
+    return best;
+  };
   // Rings and sockets idle: nothing to protect, no back-off.
   turnsOver(std::chrono::milliseconds(20));
-  const uint64_t idle = turnsOver(window);
+  const uint64_t idle = bestOf5();
   // Rings busy, sockets quiet.
   poller.busy = true;
   turnsOver(std::chrono::milliseconds(50));  // backing off: 5, 10, ... 200 µs
@@ -311,12 +320,11 @@ TEST_CASE("a polling loop asks epoll rarely while its rings work and its sockets
   // Rings busy, a socket with something on every turn.
   REQUIRE(::write(fds[1], "x", 1) == 1);
   turnsOver(std::chrono::milliseconds(5));
-  const uint64_t busy = turnsOver(window);
+  const uint64_t busy = bestOf5();
   // At one turn per kUvTurnMax, 1,000 turns in the window; at kUvTurnMin, up
   // to 40,000 (37,000 here; 3,685 under TSan beside another test: a turn
   // then costs more than 5 µs). A phase that backed off when it should not
   // have gets about 1,000 (mutation-checked): 1,500 tells them apart.
-  const uint64_t atMax = window / Loop::kUvTurnMax;
   CAPTURE(idle);
   CAPTURE(quiet);
   CAPTURE(busy);
@@ -680,7 +688,9 @@ TEST_CASE("tcp listeners take connections only for a waiting accept(); shm ones 
     std::vector<int> clients = dialMany(kClients, [&] { return dialShm(listener->addr()); });
     // Silent clients: the listener sets up kMaxSetups of them, the rest wait.
     const size_t atCap = before + kClients + transport::shm::kMaxSetups;
-    bool capped = waitFor([&] { return openDescriptors() == atCap; }, std::chrono::seconds(3));
+    // Each wait may run the whole window: one that runs out has also run
+    // past inTime(), so a slow machine is told apart from a missing cap.
+    bool capped = waitFor([&] { return openDescriptors() == atCap; }, std::chrono::milliseconds(4500));
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     capped = capped && openDescriptors() == atCap;
     // Setups that end (their peers leave) make room for the waiting. Closing
@@ -691,7 +701,7 @@ TEST_CASE("tcp listeners take connections only for a waiting accept(); shm ones 
     for (size_t i = 0; i < kLeaving; ++i) ::close(clients[i]);
     clients.erase(clients.begin(), clients.begin() + kLeaving);
     const bool refilled =
-        waitFor([&] { return openDescriptors() == before + 2 * clients.size(); }, std::chrono::seconds(3));
+        waitFor([&] { return openDescriptors() == before + 2 * clients.size(); }, std::chrono::milliseconds(4500));
     if (inTime()) {
       CHECK(capped);
       CHECK(refilled);

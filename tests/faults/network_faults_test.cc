@@ -141,9 +141,11 @@ TEST_CASE("a peer that half-closes with writes queued: no callback before their 
       changed.notify_all();
     });
   }
-  // Time for the writes to reach the connection and fill the socket, then
-  // for our side to read the end of the peer's.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Time for the writes to reach the connection and fill the socket (2 s:
+  // writes still queued in the pipe when it sees the end are dropped, and
+  // a sanitized loop on 2 loaded CPUs can take most of a second), then for
+  // our side to read the end of the peer's.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   REQUIRE(::shutdown(fd, SHUT_WR) == 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 

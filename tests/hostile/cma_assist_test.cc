@@ -528,7 +528,7 @@ TEST_CASE("cma assist: a receiver that stalls the sender's write holds neither i
   long long closeMs = -1;
   int finishedAtClose = -1;
   CHECK_MESSAGE(std::sscanf(closed.c_str(), "closed %lld %d", &closeMs, &finishedAtClose) == 2, closed);
-  CHECK(closeMs < 500);  // the close did not wait for the stalled write
+  CHECK(closeMs < 3000);  // the close did not wait for the stalled write (that is ~10 s: the watchdog)
   CHECK(finishedAtClose == 1);
   CHECK(closed.find("pipe closed") != std::string::npos);
   CHECK(page.state.load() == AssistPage::kClaimed);  // the write is still held
