@@ -33,7 +33,8 @@
 // pending and later collective fails with a RankFailedError naming that
 // rank. A collective that waits longer than operationTimeout fails with a
 // TimeoutError (the few that Tree::create runs to form the group wait
-// rendezvousTimeout instead: a rank still starting up is not late). A failed group stays failed: make a new Tree.
+// rendezvousTimeout instead: a rank still starting up is not late). A
+// failed group stays failed: make a new Tree.
 //
 // One collective at a time per Tree (calls from several threads are
 // serialized), and every rank must call the same collectives in the same
