@@ -367,7 +367,11 @@ int main(int argc, char** argv) {
     gRank = info.rank;
     const int absent = std::atoi(args.at(1).c_str());
     if (info.rank == absent) return 0;  // never shows up
-    options.rendezvousTimeout = std::chrono::seconds(3);
+    // Rank 0 gives up after 3 s and tells the others who is missing. They
+    // wait their own timeout plus 2 s for that verdict, counted from their
+    // own start: with the same 3 s, a rank 0 that starts 2 s later (process
+    // start under a sanitizer on a loaded machine) would not be heard.
+    options.rendezvousTimeout = std::chrono::seconds(info.rank == 0 ? 3 : 10);
     std::unique_ptr<Tree> tree;
     const auto start = Clock::now();
     actorpipe::Error error = Tree::create(info, options, tree);
