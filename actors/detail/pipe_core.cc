@@ -311,7 +311,6 @@ Error PipeCore::buildFrame(const WriteOp& op, wire::MessageFrame& frame, transpo
                            std::vector<OutOfBand>& outOfBand, std::vector<StagedTensor>& staged) {
   const Message& m = op.message;
   const Limits& limits = context_->limits();
-  frame.descriptor.metadata = m.metadata;
   size_t total = 0;
   for (size_t i = 0; i < m.payloads.size(); ++i) {
     const auto& p = m.payloads[i];
@@ -400,6 +399,10 @@ void PipeCore::sendWrite(WriteOp& op) {
   transport::Slices inlineData;
   std::vector<OutOfBand> outOfBand;
   std::vector<StagedTensor> staged;
+  // Moved, not copied (a metadata string past the short-string size would
+  // be allocated and copied once more per message): nothing reads the
+  // operation's copy after this.
+  frame.descriptor.metadata = std::move(op.message.metadata);
   Error error = buildFrame(op, frame, inlineData, outOfBand, staged);
   if (!error) {
     wire::encodeMessage(frame, op.frame);  // header and body, in the operation's own buffer
@@ -566,7 +569,17 @@ void PipeCore::onFrame() {
   readState_ = ReadState::kAwaitingAllocation;
   DescriptorOp op = descriptorReads_.takeFront();
   disarm(op.deadline);
-  op.fn(Error(), frame_.descriptor);
+  // The reads below need the lengths and devices; the metadata strings are
+  // the callback's alone, moved rather than copied.
+  Descriptor descriptor;
+  descriptor.metadata = std::move(frame_.descriptor.metadata);
+  descriptor.payloads.reserve(frame_.descriptor.payloads.size());
+  for (auto& p : frame_.descriptor.payloads) descriptor.payloads.push_back({p.length, std::move(p.metadata)});
+  descriptor.tensors.reserve(frame_.descriptor.tensors.size());
+  for (auto& t : frame_.descriptor.tensors) {
+    descriptor.tensors.push_back({t.length, t.sourceDevice, t.targetDevice, std::move(t.metadata)});
+  }
+  op.fn(Error(), std::move(descriptor));
 }
 
 Error PipeCore::checkAllocation(const Allocation& allocation) const {

@@ -128,6 +128,7 @@ struct LinkStats {
   size_t maxInFlightMessages{0};  // the most ever, since the link began
   size_t maxInFlightBytes{0};
   size_t heldBack{0};  // sends that waited for the window
+  size_t proxies{0};   // the peer's actors with a proxy here now
 };
 
 // Errors of this layer: caf::error in category "actorpipe" with these codes

@@ -1465,6 +1465,57 @@ TEST_CASE("a peer that asks and never reads is cut off once its answers pile up"
   context->join();
 }
 
+TEST_CASE("a peer's senders cost a bounded number of proxies, however many ids it sends from") {
+  // Each sender a peer names gets a proxy here; the last few made are kept
+  // (an actor asking again and again would otherwise cost a new one per
+  // message), at most 16 per link whatever ids the peer invents.
+  TestNode victim;
+  auto counted = victim.system().spawn(collector);
+  REQUIRE(!victim.node().publish(counted, "counted"));
+  using namespace actorpipe::remote::detail;
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("shm"));
+  uint64_t target = attackerHello(*pipe, "counted");
+  REQUIRE(target != 0);
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, caf::make_message(int32_t(1)), body));
+  constexpr size_t kSenders = 300;
+  std::vector<Frame> batch;
+  for (size_t i = 0; i < kSenders; ++i) {
+    Frame message;
+    message.kind = Frame::Kind::kInline;
+    message.source = 1000 + i;
+    message.aid = target;
+    message.messageId = caf::make_message_id().integer_value();
+    message.body.assign(body.bytes.begin(), body.bytes.end());
+    batch.push_back(std::move(message));
+    if (batch.size() == 64 || i + 1 == kSenders) {
+      REQUIRE(!testing::writeSync(*pipe, frameMessage(batch), 10s));
+      batch.clear();
+    }
+  }
+  caf::scoped_actor self{victim.system()};
+  size_t seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (seen < kSenders && std::chrono::steady_clock::now() < deadline) {
+    self->request(counted, 5s, get_atom::value)
+        .receive([&](const std::vector<int32_t>& values) { seen = values.size(); },
+                 [&](const caf::error&) {});
+    if (seen < kSenders) std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(seen == kSenders);
+  auto stats = victim.node().stats();
+  REQUIRE(stats.size() == 1);
+  MESSAGE(stats[0].proxies << " proxies held after messages from " << kSenders << " senders");
+  CHECK(stats[0].proxies <= 16);
+  CHECK(stats[0].proxies >= 1);  // the last ones made are kept
+  pipe->close();
+  context->join();
+}
+
 TEST_CASE("a peer that speaks but leaves a write unread is cut off after the heartbeat bound") {
   TestNode victim;  // the quick bounds; its answers may pile up freely
   publishAll(victim);

@@ -309,12 +309,17 @@ std::vector<Link::Queued> Link::takeBatch() {
 
 void Link::writeBatch(std::vector<Queued> batch) {
   Message message;
-  std::vector<std::pair<std::string, uint32_t>> frames;
+  // This thread's, keeping its memory from batch to batch (nothing below
+  // writes another batch before encodeBatch is done with it).
+  thread_local std::vector<std::pair<std::string, uint32_t>> frames;
+  frames.clear();
   frames.reserve(batch.size());
   bool bye = false;
+  bool bodies = false;
   for (auto& queued : batch) {
     uint32_t tensors = 0;
     if (queued.body) {
+      bodies = true;
       auto& bytes = queued.body->message.bytes;
       message.payloads.push_back(Message::Payload{bytes.data(), bytes.size(), std::string()});
       for (const auto& tensor : queued.body->message.tensors) message.tensors.push_back(pipeTensor(tensor));
@@ -324,6 +329,7 @@ void Link::writeBatch(std::vector<Queued> batch) {
     bye = bye || queued.bye;
   }
   message.metadata = encodeBatch(frames);
+  frames.clear();
   size_t writing = 0;
   for (const auto& queued : batch) {
     if (!queued.body) continue;
@@ -336,7 +342,10 @@ void Link::writeBatch(std::vector<Queued> batch) {
   int64_t now = ticks(Clock::now());
   writeStarted_ = now;
   lastWrite_ = now;
-  auto held = std::make_shared<std::vector<Queued>>(std::move(batch));  // bytes alive until written
+  // The bodies' bytes stay alive until written (the frames are in the
+  // metadata by now: a batch without bodies holds nothing).
+  std::shared_ptr<std::vector<Queued>> held;
+  if (bodies) held = std::make_shared<std::vector<Queued>>(std::move(batch));
   auto self = shared_from_this();
   pipe_->write(std::move(message), [self, held, bye](const Error& error) {
     InPipeCallback inCallback;
@@ -531,6 +540,7 @@ LinkStats Link::stats() {
   std::lock_guard<std::mutex> guard(mutex_);
   LinkStats out = window_;
   out.peer = peer_;
+  out.proxies = proxies_.size();  // a proxy's entry goes when it ends (forgetProxy)
   return out;
 }
 
@@ -544,7 +554,32 @@ void Link::readNext() {
     }
     self->lastRead_ = ticks(Clock::now());
     self->unheardBytes_ = 0;
-    auto entries = std::make_shared<std::vector<BatchEntry>>();
+    // A batch with nothing to read (INLINEs and control frames) is
+    // delivered in this callback: its frames are decoded into this thread's
+    // vectors, which keep their memory from batch to batch. Any other
+    // batch (or one that arrives while those are in use: a delivery that
+    // reaches another link's callback) has its own, kept until its read.
+    const bool deliverNow = descriptor.payloads.empty() && descriptor.tensors.empty();
+    thread_local Scratch tScratch;
+    const bool scratch = deliverNow && !tScratch.busy;
+    std::shared_ptr<std::vector<BatchEntry>> ownEntries;
+    std::shared_ptr<std::vector<Incoming>> ownIncoming;
+    if (!scratch) {
+      ownEntries = std::make_shared<std::vector<BatchEntry>>();
+      ownIncoming = std::make_shared<std::vector<Incoming>>();
+    }
+    std::vector<BatchEntry>* entries = scratch ? &tScratch.entries : ownEntries.get();
+    std::vector<Incoming>* incoming = scratch ? &tScratch.incoming : ownIncoming.get();
+    struct Release {  // however this returns: the scratch holds nothing of this batch
+      ~Release() {
+        if (!used) return;
+        tScratch.entries.clear();
+        tScratch.incoming.clear();
+        tScratch.busy = false;
+      }
+      bool used;
+    } release{scratch};
+    if (scratch) tScratch.busy = true;
     if (Error bad = decodeBatch(descriptor.metadata, *entries)) {
       self->failProtocol(bad);
       return;
@@ -570,7 +605,7 @@ void Link::readNext() {
     for (const auto& t : descriptor.tensors) announced += t.length;
     self->readingBytes_ = announced;
     Allocation allocation;
-    auto incoming = std::make_shared<std::vector<Incoming>>(entries->size());
+    incoming->resize(entries->size());
     size_t payload = 0, tensor = 0;
     for (size_t i = 0; i < entries->size(); ++i) {
       const BatchEntry& entry = (*entries)[i];
@@ -615,7 +650,7 @@ void Link::readNext() {
       }
       ++payload;
     }
-    if (descriptor.payloads.empty() && descriptor.tensors.empty()) {
+    if (deliverNow) {
       // INLINEs and control frames: the read has nothing to bring, so the
       // batch is delivered now, a loop turn before its (empty) read would
       // complete; the next descriptor is asked for once it has.
@@ -632,7 +667,8 @@ void Link::readNext() {
       });
       return;
     }
-    self->pipe_->read(std::move(allocation), [self, entries, incoming](const Error& error) {
+    self->pipe_->read(std::move(allocation), [self, entries = std::move(ownEntries),
+                                              incoming = std::move(ownIncoming)](const Error& error) {
       InPipeCallback inCallback;
       self->readingBytes_ = 0;
       if (error) {
@@ -1157,6 +1193,9 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
           proxy = it->second.lock();
           proxies_.erase(it);
         }
+        for (auto& recent : recentProxies_) {
+          if (recent && recent == proxy) held.push_back(std::move(recent));
+        }
         auto first = peerLinks_.lower_bound({frame.aid, 0});
         auto last = peerLinks_.lower_bound({frame.aid + 1, 0});
         for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
@@ -1246,6 +1285,7 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes, caf
 }
 
 caf::strong_actor_ptr Link::proxyFor(caf::actor_id aid) {
+  caf::strong_actor_ptr evicted;  // let go outside the lock: its end calls forgetProxy
   std::lock_guard<std::mutex> guard(mutex_);
   if (dead_) return nullptr;
   auto& slot = proxies_[aid];
@@ -1254,6 +1294,9 @@ caf::strong_actor_ptr Link::proxyFor(caf::actor_id aid) {
   auto proxy = caf::make_actor<Proxy, caf::strong_actor_ptr>(aid, peerNode_, &system_, config,
                                                               weak_from_this());
   slot = caf::weak_actor_ptr(proxy.get());
+  auto& recent = recentProxies_[nextRecent_++ % kRecentProxies];
+  evicted = std::move(recent);
+  recent = proxy;
   return proxy;
 }
 
@@ -1534,6 +1577,7 @@ void Link::fail(const caf::error& reason) {
   // Released after the kills below (which end the peer's links).
   std::map<std::pair<caf::actor_id, caf::actor_id>, caf::strong_actor_ptr> peerLinks;
   std::vector<std::function<void()>> ready;
+  std::vector<caf::strong_actor_ptr> held;  // the recent proxies, released after the kills
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (dead_) return;
@@ -1545,6 +1589,7 @@ void Link::fail(const caf::error& reason) {
       if (auto proxy = entry.second.lock()) proxies.push_back(std::move(proxy));
     }
     proxies_.clear();
+    for (auto& recent : recentProxies_) held.push_back(std::move(recent));
     ready.swap(readyWaiters_);
   }
   changed_.notify_all();

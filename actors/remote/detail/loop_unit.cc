@@ -64,7 +64,7 @@ void LoopUnit::exec_later(caf::resumable* ptr) {
   if (tBatch != nullptr && &tBatch->unit_ == this &&
       ptr->subtype() == caf::resumable::scheduled_actor &&
       hosted(static_cast<caf::scheduled_actor*>(ptr)->id())) {
-    tBatch->ready_.push_back(ptr);
+    tBatch->push(ptr);
     return;
   }
   system().scheduler().enqueue(ptr);
@@ -112,8 +112,9 @@ LoopUnit::Batch::~Batch() {
 
 void LoopUnit::Batch::run() {
   // By index: a resumed actor may wake another hosted one (queued here).
-  for (size_t i = 0; i < ready_.size(); ++i) unit_.resumeHere(ready_[i]);
-  ready_.clear();
+  for (size_t i = 0; i < count_; ++i) unit_.resumeHere(at(i));
+  count_ = 0;
+  more_.clear();
 }
 
 } // namespace actorpipe::remote::detail

@@ -27,6 +27,7 @@
 // execution unit); it queues only on a thread inside a Batch of this unit.
 // Units are never freed: an actor keeps a pointer to the last unit that
 // ran it.
+#include <array>
 #include <chrono>
 #include <mutex>
 #include <unordered_map>
@@ -70,9 +71,20 @@ class LoopUnit final : public caf::execution_unit {
 
    private:
     friend class LoopUnit;
+    void push(caf::resumable* ptr) {
+      if (count_ < first_.size()) first_[count_] = ptr;
+      else more_.push_back(ptr);
+      ++count_;
+    }
+    caf::resumable* at(size_t i) const { return i < first_.size() ? first_[i] : more_[i - first_.size()]; }
+
     LoopUnit& unit_;
     Batch* outer_;
-    std::vector<caf::resumable*> ready_;
+    // The actors to resume: the first few in place (a batch of one message
+    // allocates nothing), the rest after them.
+    std::array<caf::resumable*, 8> first_;
+    size_t count_{0};
+    std::vector<caf::resumable*> more_;
   };
 
  private:

@@ -12,6 +12,7 @@
 // is held while a message is enqueued into an actor (an actor that has
 // already terminated bounces a request straight back into a proxy, which
 // would take the link's mutex again).
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -185,6 +186,13 @@ class Link : public std::enable_shared_from_this<Link> {
     std::vector<Tensor> tensors;
     size_t bytes{0};
   };
+  // A loop thread's vectors for the batches it delivers in their
+  // descriptor's callback (readNext); busy while one is being delivered.
+  struct Scratch {
+    std::vector<BatchEntry> entries;
+    std::vector<Incoming> incoming;
+    bool busy{false};
+  };
   // A read batch's frames, in order, on the loop that read them.
   void deliver(std::vector<BatchEntry>& entries, std::vector<Incoming>& incoming);
   // False: `frame` (a message naming nodes without a link here) is held
@@ -296,6 +304,14 @@ class Link : public std::enable_shared_from_this<Link> {
   bool dead_{false};
   caf::error deathReason_;
   std::map<caf::actor_id, caf::weak_actor_ptr> proxies_;
+  // The last proxies made, held: an actor that asks a node again and again
+  // would otherwise get a new proxy for every request (made when it
+  // arrives, gone when the answer leaves: an actor made and ended, and a
+  // map entry, per message). At most kRecentProxies per link, whatever
+  // ids a peer sends; let go when the link ends or the actor's DOWN comes.
+  static constexpr size_t kRecentProxies = 16;
+  std::array<caf::strong_actor_ptr, kRecentProxies> recentProxies_;
+  size_t nextRecent_{0};
   // (the peer's actor, ours) -> the peer's actor's proxy: links the peer
   // made. CAF's links hold their actors weakly: the proxy is held here
   // until UNLINK, its DOWN (which kills it, ending the link) or the end.
