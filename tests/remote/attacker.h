@@ -10,10 +10,14 @@
 
 #include "../support/harness.h"
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/node_id.hpp>
 
 #include <actorpipe/actors/remote/detail/frames.h>
+#include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/actors/remote/node.h>
 
 namespace remote_test {
 
@@ -40,6 +44,17 @@ inline actorpipe::Message frameMessage(const std::vector<actorpipe::remote::deta
   actorpipe::Message m;
   m.metadata = encodeBatch(encoded);
   return m;
+}
+
+// A hand-made peer's message body, encoded as a node would (the codec
+// reads types through an actor system: one of the peer's own).
+inline actorpipe::remote::detail::EncodedMessage attackerBody(const caf::message& message) {
+  caf::actor_system_config cfg;
+  actorpipe::remote::configure(cfg);
+  caf::actor_system system{cfg};
+  actorpipe::remote::detail::EncodedMessage body;
+  REQUIRE(!actorpipe::remote::detail::encodeMessage(system, message, body));
+  return body;
 }
 
 // A hand-made peer says HELLO ("my window is huge"; `node` is the CAF node

@@ -1387,15 +1387,11 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
 
   // The attacker speaks the frames itself: HELLO, LOOKUP, then MESSAGEs
   // without waiting for any CREDIT.
-  caf::actor_system_config cfg;
-  actorpipe::remote::configure(cfg);
-  caf::actor_system system{cfg};
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
   uint64_t target = attackerHello(*pipe, "stuck");
   REQUIRE(target != 0);
-  EncodedMessage body;
-  REQUIRE(!encodeMessage(system, caf::make_message(int32_t(1)), body));
+  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   Frame message;
   message.kind = inlined ? Frame::Kind::kInline : Frame::Kind::kMessage;
   message.aid = target;
@@ -1473,15 +1469,11 @@ TEST_CASE("a peer's senders cost a bounded number of proxies, however many ids i
   auto counted = victim.system().spawn(collector);
   REQUIRE(!victim.node().publish(counted, "counted"));
   using namespace actorpipe::remote::detail;
-  caf::actor_system_config cfg;
-  actorpipe::remote::configure(cfg);
-  caf::actor_system system{cfg};
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("shm"));
   uint64_t target = attackerHello(*pipe, "counted");
   REQUIRE(target != 0);
-  EncodedMessage body;
-  REQUIRE(!encodeMessage(system, caf::make_message(int32_t(1)), body));
+  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   constexpr size_t kSenders = 300;
   std::vector<Frame> batch;
   for (size_t i = 0; i < kSenders; ++i) {
@@ -1520,16 +1512,12 @@ TEST_CASE("a peer that speaks but leaves a write unread is cut off after the hea
   TestNode victim;  // the quick bounds; its answers may pile up freely
   publishAll(victim);
   using namespace actorpipe::remote::detail;
-  caf::actor_system_config cfg;
-  actorpipe::remote::configure(cfg);
-  caf::actor_system system{cfg};
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("shm"));
   uint64_t target = attackerHello(*pipe, "summer");
   // A request whose answer (4 MiB) cannot fit the 2 MiB ring this peer
   // never reads again; then BEATs, so its silence is not what ends it.
-  EncodedMessage body;
-  REQUIRE(!encodeMessage(system, caf::make_message(std::string(4 << 20, 'x')), body));
+  EncodedMessage body = attackerBody(caf::make_message(std::string(4 << 20, 'x')));
   Frame request;
   request.kind = Frame::Kind::kMessage;
   request.source = 7;
