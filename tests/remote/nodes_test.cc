@@ -1387,11 +1387,11 @@ TEST_CASE("a peer that ignores the window is cut off before it fills a mailbox")
 
   // The attacker speaks the frames itself: HELLO, LOOKUP, then MESSAGEs
   // without waiting for any CREDIT.
+  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
   uint64_t target = attackerHello(*pipe, "stuck");
   REQUIRE(target != 0);
-  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   Frame message;
   message.kind = inlined ? Frame::Kind::kInline : Frame::Kind::kMessage;
   message.aid = target;
@@ -1464,16 +1464,20 @@ TEST_CASE("a peer that asks and never reads is cut off once its answers pile up"
 TEST_CASE("a peer's senders cost a bounded number of proxies, however many ids it sends from") {
   // Each sender a peer names gets a proxy here; the last few made are kept
   // (an actor asking again and again would otherwise cost a new one per
-  // message), at most 16 per link whatever ids the peer invents.
-  TestNode victim;
+  // message), at most 16 per link whatever ids the peer invents. This peer
+  // sends no BEAT: the heartbeat bounds are far away.
+  NodeOptions options = TestNode::quick();
+  options.heartbeatInterval = 30s;
+  options.heartbeatTimeout = 60s;
+  TestNode victim(options);
   auto counted = victim.system().spawn(collector);
   REQUIRE(!victim.node().publish(counted, "counted"));
   using namespace actorpipe::remote::detail;
+  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("shm"));
   uint64_t target = attackerHello(*pipe, "counted");
   REQUIRE(target != 0);
-  EncodedMessage body = attackerBody(caf::make_message(int32_t(1)));
   constexpr size_t kSenders = 300;
   std::vector<Frame> batch;
   for (size_t i = 0; i < kSenders; ++i) {
@@ -1512,12 +1516,12 @@ TEST_CASE("a peer that speaks but leaves a write unread is cut off after the hea
   TestNode victim;  // the quick bounds; its answers may pile up freely
   publishAll(victim);
   using namespace actorpipe::remote::detail;
+  EncodedMessage body = attackerBody(caf::make_message(std::string(4 << 20, 'x')));
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("shm"));
   uint64_t target = attackerHello(*pipe, "summer");
   // A request whose answer (4 MiB) cannot fit the 2 MiB ring this peer
   // never reads again; then BEATs, so its silence is not what ends it.
-  EncodedMessage body = attackerBody(caf::make_message(std::string(4 << 20, 'x')));
   Frame request;
   request.kind = Frame::Kind::kMessage;
   request.source = 7;
