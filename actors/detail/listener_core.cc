@@ -17,6 +17,7 @@
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/runtime/pipe.h>
 #include <actorpipe/runtime/detail/url.h>
+#include <actorpipe/runtime/detail/call_user.h>
 #include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
@@ -51,12 +52,12 @@ struct AcceptQueue {
       auto fn = std::move(accepts.front());
       accepts.pop_front();
       if (error) {
-        fn(error, nullptr);
+        callUser("a listener's accept callback", fn, error, nullptr);
         continue;
       }
       auto pipe = std::move(ready.front().first);
       ready.pop_front();  // releases its pending slot
-      fn(Error(), std::move(pipe));
+      callUser("a listener's accept callback", fn, Error(), std::move(pipe));
     }
   }
   void fail(Error e) {
@@ -264,7 +265,7 @@ void ListenerCore::armAccept(std::shared_ptr<transport::Listener> listener,
 
 void ListenerCore::accept(Listener::accept_callback_fn fn) {
   if (terminated_.load(std::memory_order_acquire)) {
-    fn(terminatedReason_, nullptr);
+    callUser("a listener's accept callback", fn, terminatedReason_, nullptr);
     return;
   }
   caf::anon_send(actor_, accept_atom::value, std::move(fn));

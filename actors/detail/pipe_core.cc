@@ -32,6 +32,7 @@
 #include <actorpipe/actors/pipe_actor.h>
 #include <actorpipe/channels/context.h>
 #include <actorpipe/runtime/detail/loop.h>
+#include <actorpipe/runtime/detail/call_user.h>
 #include <actorpipe/runtime/detail/log.h>
 
 namespace actorpipe::detail {
@@ -175,15 +176,15 @@ void PipeCore::spawnActor() {
     caf::message_handler internal{
         [weak, closed](write_atom, Message& message, Pipe::write_callback_fn& fn) {
           if (auto core = weak.lock()) core->doWrite(std::move(message), std::move(fn));
-          else fn(closed());
+          else callUser("a pipe's write callback", fn, closed());
         },
         [weak, closed](read_descriptor_atom, Pipe::read_descriptor_callback_fn& fn) {
           if (auto core = weak.lock()) core->doReadDescriptor(std::move(fn));
-          else fn(closed(), Descriptor());
+          else callUser("a pipe's readDescriptor callback", fn, closed(), Descriptor());
         },
         [weak, closed](read_atom, Allocation& allocation, Pipe::read_callback_fn& fn) {
           if (auto core = weak.lock()) core->doRead(std::move(allocation), std::move(fn));
-          else fn(closed());
+          else callUser("a pipe's read callback", fn, closed());
         },
         [weak](close_atom, Error& reason) {
           if (auto core = weak.lock()) core->fail(reason);
@@ -224,13 +225,13 @@ void PipeCore::postNext(Op op) {
 
 void PipeCore::write(Message message, Pipe::write_callback_fn fn) {
   if (!actor_) {
-    fn(error_);
+    callUser("a pipe's write callback", fn, error_);
     return;
   }
   if (loop_->inLoop()) {
     postNext([message = std::move(message), fn = std::move(fn)](PipeCore* core, const Error& refused) mutable {
       if (core) core->doWrite(std::move(message), std::move(fn));
-      else fn(refused);
+      else callUser("a pipe's write callback", fn, refused);
     });
     return;
   }
@@ -239,13 +240,13 @@ void PipeCore::write(Message message, Pipe::write_callback_fn fn) {
 
 void PipeCore::readDescriptor(Pipe::read_descriptor_callback_fn fn) {
   if (!actor_) {
-    fn(error_, Descriptor());
+    callUser("a pipe's readDescriptor callback", fn, error_, Descriptor());
     return;
   }
   if (loop_->inLoop()) {
     postNext([fn = std::move(fn)](PipeCore* core, const Error& refused) mutable {
       if (core) core->doReadDescriptor(std::move(fn));
-      else fn(refused, Descriptor());
+      else callUser("a pipe's readDescriptor callback", fn, refused, Descriptor());
     });
     return;
   }
@@ -254,13 +255,13 @@ void PipeCore::readDescriptor(Pipe::read_descriptor_callback_fn fn) {
 
 void PipeCore::read(Allocation allocation, Pipe::read_callback_fn fn) {
   if (!actor_) {
-    fn(error_);
+    callUser("a pipe's read callback", fn, error_);
     return;
   }
   if (loop_->inLoop()) {
     postNext([allocation = std::move(allocation), fn = std::move(fn)](PipeCore* core, const Error& refused) mutable {
       if (core) core->doRead(std::move(allocation), std::move(fn));
-      else fn(refused);
+      else callUser("a pipe's read callback", fn, refused);
     });
     return;
   }
@@ -478,7 +479,7 @@ void PipeCore::flushWrites() {
   while (!writes_.empty() && writes_.front().done) {
     writes_.finishFront([this](Pipe::write_callback_fn& fn, const Error& error, uint64_t deadline) {
       disarm(deadline);
-      fn(error);
+      callUser("a pipe's write callback", fn, error);
     });
   }
 }
@@ -488,7 +489,7 @@ void PipeCore::flushWrites() {
 void PipeCore::doReadDescriptor(Pipe::read_descriptor_callback_fn fn) {
   Error refused = error_ ? error_ : admit(descriptorReads_.size(), "readDescriptor");
   if (refused) {
-    fn(refused, Descriptor());
+    callUser("a pipe's readDescriptor callback", fn, refused, Descriptor());
     return;
   }
   descriptorReads_.push_back(DescriptorOp{std::move(fn), armDeadline("readDescriptor")});
@@ -579,7 +580,7 @@ void PipeCore::onFrame() {
   for (auto& t : frame_.descriptor.tensors) {
     descriptor.tensors.push_back({t.length, t.sourceDevice, t.targetDevice, std::move(t.metadata)});
   }
-  op.fn(Error(), std::move(descriptor));
+  callUser("a pipe's readDescriptor callback", op.fn, Error(), std::move(descriptor));
 }
 
 Error PipeCore::checkAllocation(const Allocation& allocation) const {
@@ -732,7 +733,7 @@ void PipeCore::flushReads() {
   while (!reads_.empty() && reads_.front().done) {
     reads_.finishFront([this](Pipe::read_callback_fn& fn, const Error& error, uint64_t deadline) {
       disarm(deadline);
-      fn(error);
+      callUser("a pipe's read callback", fn, error);
     });
   }
 }
@@ -816,7 +817,7 @@ void PipeCore::fail(Error error) {
   auto descriptorReads = std::exchange(descriptorReads_, Fifo<DescriptorOp>());
   descriptorReads.drain([&](DescriptorOp op) {
     disarm(op.deadline);
-    op.fn(error_, Descriptor());
+    callUser("a pipe's readDescriptor callback", op.fn, error_, Descriptor());
   });
   reads_.forEach([&](ReadOp& op) {
     if (!op.done) {

@@ -91,6 +91,22 @@ void logLine(LogLevel l, const char* file, int line, const std::string& text) {
   }
 }
 
+void logEscaped(const char* where, const char* name) noexcept {
+  try {
+    std::string at = where;
+    if (name != nullptr) at += std::string(" '") + name + "'";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      ACTORPIPE_LOG(kWarn, "an exception escaped " << at << ": " << e.what());
+    } catch (...) {
+      ACTORPIPE_LOG(kWarn, "an unknown exception escaped " << at);
+    }
+  } catch (...) {
+    // Out of memory for the line: the exception is dropped unlogged.
+  }
+}
+
 void setLogLevelForTesting(LogLevel l) { level.store(static_cast<int>(l), std::memory_order_relaxed); }
 
 void setLogSinkForTesting(std::function<void(const std::string&)> fn) {

@@ -22,6 +22,11 @@ bool parseLogLevel(const std::string& text, LogLevel& level);
 // Writes one line at `level` (callers check logLevel() first).
 void logLine(LogLevel level, const char* file, int line, const std::string& text);
 
+// Inside a catch block: logs (at warn) the exception being handled, as
+// having escaped `where` (and `name`, when given): "an exception escaped a
+// task on loop 'tcp': ...". Never throws.
+void logEscaped(const char* where, const char* name = nullptr) noexcept;
+
 // For tests: replace the level and where lines go (an empty sink: stderr).
 void setLogLevelForTesting(LogLevel level);
 void setLogSinkForTesting(std::function<void(const std::string&)> sink);

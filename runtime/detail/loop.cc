@@ -130,10 +130,8 @@ void Loop::runBatch(std::vector<Task>& batch) {
     // it) down with it: report and carry on.
     try {
       task();
-    } catch (const std::exception& e) {
-      ACTORPIPE_LOG(kWarn, "an exception escaped a task on loop '" << name_ << "': " << e.what());
     } catch (...) {
-      ACTORPIPE_LOG(kWarn, "an unknown exception escaped a task on loop '" << name_ << "'");
+      logEscaped("a task on loop", name_.c_str());
     }
   }
   batch.clear();

@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
 
+#include <actorpipe/runtime/detail/log.h>
 #include <actorpipe/runtime/detail/wire.h>
 
 #include "../support/raw_peer.h"
@@ -423,4 +425,97 @@ TEST_CASE("data written just before the peer exits is still delivered (tcp)") {
   CHECK(after.error.isOfType<EOFError>());
   // Writes to a peer that is gone fail, and say so.
   CHECK(writeSync(*pipe, Message()));
+}
+
+// Callbacks are the user's code: one that throws is reported (logged) and
+// the pipe carries on; it never unwinds through the event loop's frames
+// (libuv's C code, which would skip its own bookkeeping or end the process).
+// Large messages so that writes complete in libuv's write callback and reads
+// in its read callback, not in a task; then a small one over the same pipe.
+TEST_CASE("a callback that throws is reported; the pipe and its loop carry on") {
+  std::mutex linesMutex;
+  std::vector<std::string> lines;
+  detail::setLogLevelForTesting(detail::LogLevel::kWarn);  // whatever ACTORPIPE_LOG says
+  detail::setLogSinkForTesting([&](const std::string& line) {
+    std::lock_guard<std::mutex> guard(linesMutex);
+    lines.push_back(line);
+  });
+  auto escaped = [&](const std::string& what) {
+    std::lock_guard<std::mutex> guard(linesMutex);
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find("an exception escaped " + what + ": thrown by") != std::string::npos;
+    });
+  };
+  for (const char* url : {"tcp://127.0.0.1:0", "shm://"}) {
+    CAPTURE(url);
+    {
+      std::lock_guard<std::mutex> guard(linesMutex);
+      lines.clear();
+    }
+    auto server = makeContext("server");
+    auto listener = server->listen({url});
+    auto client = makeContext("client");
+    std::string scheme = std::string(url).substr(0, 3);
+    auto pipe = client->connect(listener->url(scheme));
+    std::promise<std::shared_ptr<Pipe>> acceptedPromise;
+    listener->accept([&](const Error& e, std::shared_ptr<Pipe> p) {
+      acceptedPromise.set_value(e ? nullptr : p);
+      throw std::runtime_error("thrown by an accept callback, on purpose");
+    });
+    auto acceptedFuture = acceptedPromise.get_future();
+    REQUIRE(ready(acceptedFuture, std::chrono::seconds(10)));
+    auto accepted = acceptedFuture.get();
+    REQUIRE(accepted != nullptr);
+
+    for (int round = 0; round < 3; ++round) {
+      CAPTURE(round);
+      Storage s = makeStorage({8u << 20}, {8u << 20}, round);
+      std::promise<void> wrote;
+      pipe->write(messageOver(s, "big"), [&](const Error& e) {
+        CHECK(!e);
+        wrote.set_value();
+        throw std::runtime_error("thrown by a write callback, on purpose");
+      });
+      std::promise<Descriptor> described;
+      accepted->readDescriptor([&](const Error& e, Descriptor d) {
+        CHECK(!e);
+        described.set_value(std::move(d));
+        throw std::runtime_error("thrown by a readDescriptor callback, on purpose");
+      });
+      auto describedFuture = described.get_future();
+      REQUIRE(ready(describedFuture, std::chrono::seconds(20)));
+      Storage got;
+      Descriptor d = describedFuture.get();
+      std::promise<void> read;
+      accepted->read(allocate(d, got), [&](const Error& e) {
+        CHECK(!e);
+        read.set_value();
+        throw std::runtime_error("thrown by a read callback, on purpose");
+      });
+      auto readFuture = read.get_future();
+      auto wroteFuture = wrote.get_future();
+      REQUIRE(ready(readFuture, std::chrono::seconds(20)));
+      REQUIRE(ready(wroteFuture, std::chrono::seconds(20)));
+      CHECK(got.payloads == s.payloads);
+      CHECK(got.tensors == s.tensors);
+    }
+    Storage small = makeStorage({10}, {}, 9);
+    REQUIRE(!writeSync(*pipe, messageOver(small, "after")));
+    Received r = readSync(*accepted);
+    REQUIRE(!r.error);
+    CHECK(r.descriptor.metadata == "after");
+    CHECK(r.storage.payloads == small.payloads);
+    // The listener outlived its throwing callback: it still accepts.
+    auto second = client->connect(listener->url(scheme));
+    auto secondAccepted = acceptSync(*listener);
+    REQUIRE(secondAccepted != nullptr);
+    REQUIRE(!writeSync(*second, messageOver(small, "second")));
+    CHECK(readSync(*secondAccepted).descriptor.metadata == "second");
+    // Each went through the guard, once per call.
+    CHECK(escaped("a listener's accept callback") == 1);
+    CHECK(escaped("a pipe's write callback") == 3);
+    CHECK(escaped("a pipe's readDescriptor callback") == 3);
+    CHECK(escaped("a pipe's read callback") == 3);
+  }
+  detail::setLogSinkForTesting(nullptr);
 }
