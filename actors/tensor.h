@@ -54,7 +54,8 @@ public:
 
   // Takes ownership of memory allocated elsewhere, e.g. by cudaMalloc; the
   // deleter runs when the last tensor lets go. This is how CUDA storage
-  // enters without this library depending on CUDA.
+  // enters without this library depending on CUDA. The deleter must not
+  // throw: it runs in a destructor, where a throw ends the process.
   static std::shared_ptr<Storage> adopt(void* data, std::size_t nbytes,
                                         Device device, Deleter deleter);
 

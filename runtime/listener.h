@@ -24,7 +24,8 @@ class Listener final {
   Listener& operator=(const Listener&) = delete;
 
   // Calls back once, with the next pipe whose handshake completed. Call it
-  // again (from the callback, typically) for the next one.
+  // again (from the callback, typically) for the next one. A callback that
+  // throws is logged (at warn); the listener carries on.
   void accept(accept_callback_fn fn);
 
   // Transport name -> bound address ("tcp" -> "127.0.0.1:41234").

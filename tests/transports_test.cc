@@ -2,6 +2,7 @@
 // host without RDMA hardware (this one, and CI's).
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -813,11 +814,38 @@ TEST_CASE("dropping a transport connection or listener closes it") {
     // socket's backlog, and is reset when the socket closes. Either way its
     // read fails; from a listener left open it would wait forever.
     listener.reset();
+    // A tcp port, once free, is anyone's: a test running beside this one
+    // may listen on it, or our own connect may pick it as its source port
+    // and connect to itself (seen once in a whole-suite run). So the port is
+    // ours first: binding it (without listening) succeeds only once the
+    // listener's socket is closed, and then refuses the late connection.
+    int heldPort = -1;
+    if (kind.name == "uv") {
+      const int port = std::stoi(address.substr(address.rfind(':') + 1));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (heldPort < 0 && std::chrono::steady_clock::now() < until) {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        int on = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));  // past TIME_WAIT, not past LISTEN
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+          heldPort = fd;
+        } else {
+          ::close(fd);
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+      REQUIRE_MESSAGE(heldPort >= 0, "the dropped listener still holds " << address);
+    }
     auto late = connecting->connect(address);
     auto outcome = readFails(*late);
     REQUIRE(outcome.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
     CHECK(outcome.get());
     late->close();
+    if (heldPort >= 0) ::close(heldPort);
     accepting->join();
     connecting->join();
   }

@@ -53,11 +53,12 @@ void bouncePipeMessage(caf::mailbox_element& element) {
   Error error = ACTORPIPE_ERROR(ContextClosedError);
   const caf::type_erased_tuple& msg = element.content();
   if (msg.match_elements<write_atom, Message, Pipe::write_callback_fn>()) {
-    msg.get_as<Pipe::write_callback_fn>(2)(error);
+    callUser("a pipe's write callback", msg.get_as<Pipe::write_callback_fn>(2), error);
   } else if (msg.match_elements<read_descriptor_atom, Pipe::read_descriptor_callback_fn>()) {
-    msg.get_as<Pipe::read_descriptor_callback_fn>(1)(error, Descriptor());
+    callUser("a pipe's readDescriptor callback", msg.get_as<Pipe::read_descriptor_callback_fn>(1), error,
+             Descriptor());
   } else if (msg.match_elements<read_atom, Allocation, Pipe::read_callback_fn>()) {
-    msg.get_as<Pipe::read_callback_fn>(2)(error);
+    callUser("a pipe's read callback", msg.get_as<Pipe::read_callback_fn>(2), error);
   } else {
     bounceRequest(element, toCafError(error));
   }

@@ -78,7 +78,9 @@ class Algorithm {
   Message chunkMessage(size_t chunk, int contributors, bool withTensors) const;
   // Fails the group (every rank hears of it).
   void fail(Error error);
-  void reductionFailed(const std::exception& e);
+  // Inside a catch block: fails the group with what a reduction threw
+  // (anything: a custom reduction is the user's code).
+  void reductionFailed();
   // Makes `chunk` of the caller's tensors the result of `contributors`
   // ranks' data (finish() of the reduction, or its identity for none), and
   // the call's contributor count. May throw what a custom reduction throws.

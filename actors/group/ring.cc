@@ -120,8 +120,8 @@ class Ring final : public Algorithm {
         send(step + 1, chunk, count);
         return;
       }
-    } catch (const std::exception& e) {
-      reductionFailed(e);
+    } catch (...) {
+      reductionFailed();
       return;
     }
     send(step + 1, chunk, count);

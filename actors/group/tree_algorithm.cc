@@ -4,6 +4,7 @@
 #include <actorpipe/actors/group/algorithm.h>
 
 #include <actorpipe/actors/group/tree_core.h>
+#include <actorpipe/runtime/detail/log.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -33,8 +34,8 @@ Message Algorithm::chunkMessage(size_t chunk, int contributors, bool withTensors
 
 void Algorithm::fail(Error error) { core_.fail(std::move(error)); }
 
-void Algorithm::reductionFailed(const std::exception& e) {
-  fail(ACTORPIPE_ERROR(LogicError, std::string("the reduction failed: ") + e.what()));
+void Algorithm::reductionFailed() {
+  fail(ACTORPIPE_ERROR(LogicError, "the reduction failed: " + ::actorpipe::detail::describeThrown()));
 }
 
 void Algorithm::finishChunk(size_t chunk, int contributors) {
@@ -238,8 +239,8 @@ class TreeSteps final : public Algorithm {
         contributors += theirs;
       }
       if (me().parent < 0) finishChunk(chunk, contributors);
-    } catch (const std::exception& e) {
-      reductionFailed(e);
+    } catch (...) {
+      reductionFailed();
       return;
     }
     if (me().parent < 0) {

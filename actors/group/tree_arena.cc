@@ -1,6 +1,7 @@
 // The Tree's side of the host arena (host_arena.h): when to use one, and how
 // an allReduce on it becomes the group's errors.
 #include <actorpipe/actors/group/tree_core.h>
+#include <actorpipe/runtime/detail/log.h>
 
 #include <cstdlib>
 #include <string>
@@ -62,15 +63,17 @@ Error TreeCore::allReduceOnArena(const std::vector<TensorView>& tensors, const R
   inCollective_.store(number);
   sequence_.store(number);
   ArenaOutcome outcome;
+  bool threw = false;
   std::string thrown;
   try {
     outcome = arena_->allReduce(tensors, op, contributes, number,
                                 Clock::now() + options.operationTimeout);
-  } catch (const std::exception& e) {  // a custom reduction that threw
-    thrown = e.what();
+  } catch (...) {  // a custom reduction that threw (anything: the user's code)
+    threw = true;
+    thrown = ::actorpipe::detail::describeThrown();
   }
   inCollective_.store(0);
-  if (thrown.empty() && outcome.status == ArenaOutcome::Status::kDone) {
+  if (!threw && outcome.status == ArenaOutcome::Status::kDone) {
     // An abort notice about a later collective, deferred while this one
     // ran, fails the group now (onDescriptor covers the other order).
     if (deferred_.load()) {
@@ -84,7 +87,7 @@ Error TreeCore::allReduceOnArena(const std::vector<TensorView>& tensors, const R
   const std::string at = "allReduce #" + std::to_string(number) + " at rank " +
                          std::to_string(info.rank);
   Error error;
-  if (!thrown.empty()) {
+  if (threw) {
     error = ACTORPIPE_ERROR(LogicError, at + ": the reduction threw: " + thrown);
   } else if (outcome.status == ArenaOutcome::Status::kTimedOut) {
     error = ACTORPIPE_ERROR(TimeoutError, at + " waited " +

@@ -91,17 +91,21 @@ void logLine(LogLevel l, const char* file, int line, const std::string& text) {
   }
 }
 
+std::string describeThrown() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "something that is not a std::exception";
+  }
+}
+
 void logEscaped(const char* where, const char* name) noexcept {
   try {
     std::string at = where;
     if (name != nullptr) at += std::string(" '") + name + "'";
-    try {
-      throw;
-    } catch (const std::exception& e) {
-      ACTORPIPE_LOG(kWarn, "an exception escaped " << at << ": " << e.what());
-    } catch (...) {
-      ACTORPIPE_LOG(kWarn, "an unknown exception escaped " << at);
-    }
+    ACTORPIPE_LOG(kWarn, "an exception escaped " << at << ": " << describeThrown());
   } catch (...) {
     // Out of memory for the line: the exception is dropped unlogged.
   }

@@ -26,6 +26,9 @@ void logLine(LogLevel level, const char* file, int line, const std::string& text
 // having escaped `where` (and `name`, when given): "an exception escaped a
 // task on loop 'tcp': ...". Never throws.
 void logEscaped(const char* where, const char* name = nullptr) noexcept;
+// Inside a catch block: the exception being handled, in words: what() of a
+// std::exception, else that it was something else.
+std::string describeThrown();
 
 // For tests: replace the level and where lines go (an empty sink: stderr).
 void setLogLevelForTesting(LogLevel level);

@@ -2,7 +2,8 @@
 // the caller's thread hands it work and waits for what it asked, and no
 // thread waits on a lock that the loop holds while it handles a network
 // event. Two ranks formed in this process, one thread each, on pipes (the
-// host arena turned off, so every collective runs on the loop).
+// host arena turned off, so every collective runs on the loop, unless a
+// test asks for it).
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,11 +34,13 @@ struct Pair {
 // Forms a group of two in this process (a file rendezvous of its own).
 // rank1Options, where given, replace options at rank 1 (a test whose
 // bound must fire at rank 0 only gives rank 1 one that never does).
-void formPair(TreeOptions options, Pair& pair, const TreeOptions* rank1Options = nullptr) {
+// With `arena`, allReduce goes through the host arena on the callers'
+// threads (as it does by default on one host) instead of the loops.
+void formPair(TreeOptions options, Pair& pair, const TreeOptions* rank1Options = nullptr, bool arena = false) {
   static int formed = 0;
   const std::string file = "/tmp/actorpipe-group-actor-test-" + std::to_string(::getpid()) + "-" +
                            std::to_string(formed++);
-  options.arenaSlotBytes = 0;
+  if (!arena) options.arenaSlotBytes = 0;
   options.rendezvousTimeout = std::chrono::seconds(20);
   TreeOptions other = rank1Options != nullptr ? *rank1Options : options;
   other.arenaSlotBytes = options.arenaSlotBytes;
@@ -181,4 +185,52 @@ TEST_CASE("a collective that waits past operationTimeout fails with a TimeoutErr
   CHECK_MESSAGE(told.isOfType<actorpipe::TimeoutError>(), told.what());
   // Rank 0's own words (rank 1 timing out by itself would say "at rank 1").
   CHECK_MESSAGE(told.what().find("at rank 0") != std::string::npos, told.what());
+}
+
+// A custom reduction is the user's code, and may throw anything: a
+// std::exception or not. Either way the collective fails at once on every
+// rank, with a LogicError where it threw, saying what; before, anything but
+// a std::exception escaped the reduction (into the pipe's read callback on
+// the loop, or out of allReduce on the arena) and the ranks waited out
+// operationTimeout.
+TEST_CASE("a custom reduction that throws fails the collective on every rank, whatever it throws") {
+  struct NotAnException {};
+  for (bool arena : {false, true}) {
+    for (size_t floats : {size_t{16}, size_t{1} << 18}) {  // the tree; the ring or pairwise
+      for (int kind = 0; kind < 2; ++kind) {
+        CAPTURE(arena);
+        CAPTURE(floats);
+        CAPTURE(kind);
+        if (arena && floats > 16) continue;  // the arena has one path
+        TreeOptions options;
+        options.operationTimeout = std::chrono::seconds(60);  // far beyond what a failure takes
+        Pair pair;
+        formPair(options, pair, nullptr, arena);
+        const Reduction throwing = Reduction::custom([kind](const TensorView&, const TensorView&) {
+          if (kind == 0) throw std::runtime_error("thrown by a reduction, on purpose");
+          throw NotAnException{};
+        });
+        std::vector<float> data[2] = {std::vector<float>(floats, 1.0f), std::vector<float>(floats, 2.0f)};
+        actorpipe::Error errors[2];
+        const auto start = Clock::now();
+        onBothRanks([&](int rank) { errors[rank] = pair.ranks[rank]->allReduce({tensorOf(data[rank])}, throwing); });
+        const auto took = Clock::now() - start;
+        MESSAGE("failed after " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+        int threwHere = 0;
+        for (int rank = 0; rank < 2; ++rank) {
+          CAPTURE(rank);
+          REQUIRE(errors[rank]);
+          CHECK_FALSE(errors[rank].isOfType<actorpipe::TimeoutError>());
+          INFO(errors[rank].what());
+          if (errors[rank].what().find(kind == 0 ? "thrown by a reduction, on purpose"
+                                                 : "not a std::exception") != std::string::npos) {
+            CHECK(errors[rank].isOfType<actorpipe::LogicError>());
+            ++threwHere;
+          }
+        }
+        CHECK(threwHere >= 1);
+        CHECK(took < options.operationTimeout);
+      }
+    }
+  }
 }

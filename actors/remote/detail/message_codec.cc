@@ -1,4 +1,5 @@
 #include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/runtime/detail/log.h>
 
 #include <cstring>
 #include <optional>
@@ -440,14 +441,16 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
   caf::binary_serializer sink(system, out.bytes);
   tOutgoing = &out.tensors;
   caf::error err;
+  bool threw = false;
   std::string thrown;
   try {
     err = message.save(sink);
-  } catch (const std::exception& e) {
-    thrown = e.what();
+  } catch (...) {  // a user type's inspect may throw anything
+    threw = true;
+    thrown = ::actorpipe::detail::describeThrown();
   }
   tOutgoing = nullptr;
-  if (!thrown.empty()) {
+  if (threw) {
     return ACTORPIPE_ERROR(LogicError, "cannot send this message to a remote actor: CAF threw " + thrown);
   }
   if (err) {
