@@ -42,9 +42,10 @@ class Pipe final {
   using read_descriptor_callback_fn = std::function<void(const Error&, Descriptor)>;
   using read_callback_fn = std::function<void(const Error&)>;
   using write_callback_fn = std::function<void(const Error&)>;
-  // Callbacks run on the pipe's loop thread. One that throws is logged (at
-  // warn) and the pipe carries on as if it had returned: the exception is
-  // not passed on, and an operation it meant to ask for is not asked.
+  // A callback that throws is logged (at warn) and the pipe carries on as
+  // if it had returned: the exception is not passed on, and an operation it
+  // meant to ask for is not asked. (Which thread runs callbacks:
+  // docs/architecture.md.)
 
   // Made by Context::connect and Listener::accept, not by users.
   Pipe(std::shared_ptr<::actorpipe::detail::PipeCore> core, std::string remoteName);

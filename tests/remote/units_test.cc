@@ -49,6 +49,16 @@ Error decode(caf::actor_system& system, const std::vector<char>& bytes,
   return decodeMessage(system, bytes.data(), bytes.size(), std::move(tensors), out);
 }
 
+// A user's type whose inspect throws something that is not a
+// std::exception (CAF calls it while encoding a message that holds one).
+struct ThrowsWhenInspected {
+  int value = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector&, ThrowsWhenInspected&) {
+  throw 42;
+}
+
 } // namespace
 
 TEST_CASE("frames round-trip and refuse what is not theirs") {
@@ -513,4 +523,22 @@ TEST_CASE("input that makes CAF throw is a protocol error, not the end of the pr
   Error e = decode(system, bytes);
   REQUIRE(e);
   CHECK(e.what().find("CAF threw") != std::string::npos);
+}
+
+TEST_CASE("a user type whose inspect throws anything fails that send, not the process") {
+  caf::actor_system_config config;
+  remote::configure(config);
+  config.add_message_type<ThrowsWhenInspected>("actorpipe_test_throws_when_inspected");
+  config.set("scheduler.max-threads", 1);
+  caf::actor_system system(config);
+  EncodedMessage encoded;
+  Error e = encodeMessage(system, caf::make_message(ThrowsWhenInspected{}), encoded);
+  REQUIRE(e);
+  CHECK(e.isOfType<LogicError>());
+  CHECK(e.what().find("not a std::exception") != std::string::npos);
+  // The encoder's state was put back: the next message encodes.
+  EncodedMessage next;
+  Tensor t = Tensor::full<float>({2}, 1.0f);
+  REQUIRE(!encodeMessage(system, caf::make_message(std::string("after"), t), next));
+  CHECK(next.tensors.size() == 1);
 }
