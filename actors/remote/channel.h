@@ -59,6 +59,7 @@
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/node.h>
+#include <actorpipe/runtime/detail/call_user.h>
 
 namespace actorpipe::remote {
 
@@ -279,11 +280,14 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
   node.system().spawn<caf::hidden>(
       [local, owner = remote.owner(), onEnd](caf::event_based_actor* self) -> caf::behavior {
         auto next = std::make_shared<std::function<void()>>();
+        // The cycle through the closure (it holds itself) ends, and the
+        // actor with it, before the user's onEnd runs: one that throws is
+        // logged (callUser) and leaks nothing.
         auto finish = [self, local, next, onEnd](caf::error error) mutable {
           local.close();
-          if (onEnd) onEnd(std::move(error));
-          *next = nullptr;  // the closure held itself
+          *next = nullptr;
           self->quit();
+          if (onEnd) actorpipe::detail::callUser("an importChannel's onEnd", onEnd, std::move(error));
         };
         *next = [self, local, owner, next, finish]() mutable {
           self->request(owner, caf::infinite, channel_read_atom::value)

@@ -254,10 +254,12 @@ template <class Q, class A, class Self, class Fn, class Done>
 void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
   using dataflow::Status;
   auto next = std::make_shared<std::function<void()>>();
-  // Ends the cycle through the closure (it holds itself) after `done`.
+  // Ends the cycle through the closure (it holds itself) before `done`
+  // runs: `done` runs in the caller's actor, and one that throws is that
+  // actor's own exception (CAF's rules), but leaks nothing.
   auto finish = [next, done](caf::error error) mutable {
-    done(std::move(error));
     *next = nullptr;
+    done(std::move(error));
   };
   *next = [self, owner, fn, next, finish]() mutable {
     self->request(owner, caf::infinite, work_read_atom::value)

@@ -17,6 +17,7 @@
 
 #include <actorpipe/actors/dataflow/dag.h>
 #include <actorpipe/actors/remote/channel.h>
+#include <actorpipe/runtime/detail/log.h>
 
 using namespace remote_test;
 using actorpipe::dataflow::Channel;
@@ -380,4 +381,66 @@ TEST_CASE("importChannel: the owner's node gone closes the local channel, with t
   auto error = reason.get();
   CAPTURE(node.system().render(error));
   CHECK(actorpipe::remote::isError(error, RemoteError::kNodeLeft));
+}
+
+// onEnd is the user's code, run by the reading actor importChannel spawned.
+// One that throws is logged and ends nothing else; the reader's closure
+// (which holds itself until the end) is freed all the same.
+TEST_CASE("importChannel: an onEnd that throws is logged, and the reader leaks nothing") {
+  struct Lines {
+    std::mutex mutex;
+    int escaped = 0;
+    Lines() {
+      actorpipe::detail::setLogLevelForTesting(actorpipe::detail::LogLevel::kWarn);
+      actorpipe::detail::setLogSinkForTesting([this](const std::string& line) {
+        std::lock_guard<std::mutex> guard(mutex);
+        if (line.find("importChannel's onEnd") != std::string::npos) ++escaped;
+      });
+    }
+    ~Lines() { actorpipe::detail::setLogSinkForTesting(nullptr); }
+    int count() {
+      std::lock_guard<std::mutex> guard(mutex);
+      return escaped;
+    }
+  } lines;
+  TestNode owner, node;
+  Channel<int64_t> source;
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), source, "numbers"));
+  auto remote = RemoteChannel<int64_t>::open(node.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(remote);
+  auto token = std::make_shared<int>(0);  // held by onEnd alone
+  std::weak_ptr<int> watch = token;
+  auto ran = std::make_shared<std::atomic<bool>>(false);
+  {
+    auto local = actorpipe::remote::importChannel(node.node(), *remote, 2,
+                                                  [token, ran](caf::error) {
+                                                    ran->store(true);
+                                                    throw 42;  // not even an exception
+                                                  });
+    token.reset();
+    REQUIRE(source.write(int64_t(7)) == Status::kOpen);
+    source.close();
+    auto first = local.read();
+    REQUIRE(first);
+    CHECK(*first.item == 7);
+    CHECK(local.read().status == Status::kDrained);
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while ((!ran->load() || !watch.expired() || lines.count() == 0) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(ran->load());
+  CHECK(watch.expired());  // the closure that held onEnd is gone
+  CHECK(lines.count() == 1);
+  // The node still works: a second import of the same channel ends cleanly.
+  auto again = RemoteChannel<int64_t>::open(node.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(again);
+  auto ended = std::make_shared<std::promise<caf::error>>();
+  auto local = actorpipe::remote::importChannel(node.node(), *again, 2,
+                                                [ended](caf::error e) { ended->set_value(e); });
+  CHECK(local.read().status == Status::kDrained);
+  auto reason = ended->get_future();
+  REQUIRE(reason.wait_for(10s) == std::future_status::ready);
+  CHECK(!reason.get());
 }

@@ -462,3 +462,45 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
   pipe->close();
   context->join();
 }
+
+// `done` runs in the serving actor: one that throws is that actor's own
+// exception (its handler sees it), and the serving closure, which holds
+// itself while it serves, is freed all the same.
+TEST_CASE("serveFrom: a done that throws is the actor's exception and leaks nothing") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  auto handle = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(),
+                                                                   owner.node().url("shm"), "q");
+  REQUIRE(handle);
+  auto token = std::make_shared<int>(0);  // held by `done` alone
+  std::weak_ptr<int> watch = token;
+  auto caught = std::make_shared<std::promise<std::string>>();
+  node.system().spawn([token, caught, to = *handle](caf::event_based_actor* self) -> caf::behavior {
+    self->set_exception_handler([caught](caf::scheduled_actor*, std::exception_ptr& e) -> caf::error {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        caught->set_value(x.what());
+      }
+      return caf::exit_reason::user_shutdown;
+    });
+    actorpipe::remote::serveFrom<int32_t, int32_t>(
+        self, to, [](int32_t q) { return q; },
+        [token](caf::error) { throw std::runtime_error("done threw"); });
+    return {[](int32_t) {}};
+  });
+  token.reset();
+  auto answer = queue.ask(5);
+  REQUIRE(answer.wait_for(10s) == std::future_status::ready);
+  CHECK(answer.get() == 5);
+  queue.close();
+  auto what = caught->get_future();
+  REQUIRE(what.wait_for(10s) == std::future_status::ready);
+  CHECK(what.get() == "done threw");
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!watch.expired() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(watch.expired());
+}
