@@ -176,24 +176,17 @@ class Ring {
     if (!peerHead(head)) return 0;
     size_t avail = static_cast<size_t>(head - mine_);
     n = n < avail ? n : avail;
-    if (n == 0) return 0;
-    for (size_t done = 0; done < n;) {
-      size_t step = n - done < kPublishStep ? n - done : kPublishStep;
-      size_t at = static_cast<size_t>(mine_ & mask_);
-      size_t first = step < capacity_ - at ? step : capacity_ - at;
-      copyBlock(dst + done, data_ + at, first, how);
-      copyBlock(dst + done + first, data_, step - first, how);
-      mine_ += step;
-      done += step;
-      header_->tail.store(mine_, std::memory_order_release);
-    }
+    take(dst, n, how);
     return n;
   }
-  // Reads exactly `n` bytes if that many are here; otherwise nothing.
+  // Reads exactly `n` bytes if that many are here; otherwise nothing. The
+  // head is read once (a second load is another trip for a line the
+  // producer may be writing).
   bool readAll(uint8_t* dst, size_t n, Copy how = Copy::kMemcpy) {
     uint64_t head;
     if (!peerHead(head) || static_cast<size_t>(head - mine_) < n) return false;
-    return read(dst, n, how) == n;
+    take(dst, n, how);
+    return true;
   }
   // True when there are bytes, or when the ring is corrupt (as hasSpace).
   bool hasData() {
@@ -221,6 +214,20 @@ class Ring {
     if (mine_ - tail > mine_ - seen_) return fail();
     seen_ = tail;
     return true;
+  }
+  // Copies out `n` bytes the validated head covers, publishing the tail as
+  // it goes.
+  void take(uint8_t* dst, size_t n, Copy how) {
+    for (size_t done = 0; done < n;) {
+      size_t step = n - done < kPublishStep ? n - done : kPublishStep;
+      size_t at = static_cast<size_t>(mine_ & mask_);
+      size_t first = step < capacity_ - at ? step : capacity_ - at;
+      copyBlock(dst + done, data_ + at, first, how);
+      copyBlock(dst + done + first, data_, step - first, how);
+      mine_ += step;
+      done += step;
+      header_->tail.store(mine_, std::memory_order_release);
+    }
   }
   bool fail() {
     corrupt_ = true;
