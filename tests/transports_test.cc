@@ -22,12 +22,14 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include <actorpipe/runtime/detail/check.h>
+#include <actorpipe/runtime/detail/log.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/ibv/factory.h>
 #include <actorpipe/transports/shm/factory.h>
@@ -239,6 +241,66 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   auto [spins, polls] = spunFuture.get();
   CHECK(polls >= 50);
   CHECK(spins <= 50 * Loop::kDrainRounds + Loop::kDrainRounds);
+  std::promise<void> removed;
+  loop.post([&] {
+    loop.removePoller(&poller);
+    removed.set_value();
+  });
+  removed.get_future().wait();
+  loop.stop();
+}
+
+// A poller runs callbacks (an shm ring's reads and writes complete in its
+// poll). One that throws is reported, as a task that throws is, and the
+// loop goes on: its tasks run and its pollers are polled again. Before, the
+// exception left the loop thread and ended the process.
+TEST_CASE("a poller that throws is reported and the loop carries on") {
+  using actorpipe::detail::Loop;
+  namespace detail = actorpipe::detail;
+  struct Lines {
+    std::mutex mutex;
+    int escaped = 0;
+    Lines() {
+      detail::setLogLevelForTesting(detail::LogLevel::kWarn);
+      detail::setLogSinkForTesting([this](const std::string& line) {
+        std::lock_guard<std::mutex> guard(mutex);
+        if (line.find("a poller on loop") != std::string::npos) ++escaped;
+      });
+    }
+    ~Lines() { detail::setLogSinkForTesting(nullptr); }
+    int count() {
+      std::lock_guard<std::mutex> guard(mutex);
+      return escaped;
+    }
+  } lines;
+  struct ThrowingPoller : Loop::Poller {
+    std::atomic<int> polls{0};
+    bool poll() override {
+      if (polls++ < 2) throw 7;  // not even an exception
+      return false;
+    }
+    bool prepareToSleep() override { return true; }
+    void awake() override {}
+  };
+  ThrowingPoller poller;
+  Loop loop("throwing");
+  std::promise<void> added;
+  loop.post([&] {
+    loop.addPoller(&poller);
+    added.set_value();
+  });
+  added.get_future().wait();
+  // The loop keeps polling while anything happened: posts keep it turning.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (poller.polls.load() < 10 && std::chrono::steady_clock::now() < deadline) {
+    loop.post([] {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(poller.polls.load() >= 10);
+  CHECK(lines.count() == 2);
+  std::promise<void> ran;
+  loop.post([&] { ran.set_value(); });
+  CHECK(ran.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   std::promise<void> removed;
   loop.post([&] {
     loop.removePoller(&poller);

@@ -194,7 +194,15 @@ bool Loop::pollPollers() {
   bool progress = false;
   // By index: a poller's work may add or remove pollers.
   for (size_t i = 0; i < pollers_.size(); ++i) {
-    progress = pollers_[i]->poll() || progress;
+    // A poller runs callbacks (a ring's reads and writes complete in them):
+    // as with a task, one that throws is reported and the loop carries on,
+    // rather than ending the process from the loop thread.
+    try {
+      progress = pollers_[i]->poll() || progress;
+    } catch (...) {
+      logEscaped("a poller on loop", name_.c_str());
+      progress = true;
+    }
   }
   if (progress) {
     noteActivity();
