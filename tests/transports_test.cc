@@ -29,7 +29,6 @@
 #include <vector>
 
 #include <actorpipe/runtime/detail/check.h>
-#include <actorpipe/runtime/detail/log.h>
 #include <actorpipe/runtime/detail/loop.h>
 #include <actorpipe/transports/ibv/factory.h>
 #include <actorpipe/transports/shm/factory.h>
@@ -43,6 +42,21 @@
 
 using namespace actorpipe;
 using namespace testing;
+
+namespace {
+
+// Runs `fn` on `loop`'s thread and waits for it: pollers are added and
+// removed there.
+void onLoop(actorpipe::detail::Loop& loop, const std::function<void()>& fn) {
+  std::promise<void> done;
+  loop.post([&] {
+    fn();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+}  // namespace
 
 TEST_CASE("uv addresses: IPv4, IPv6, names, defaults, and nonsense") {
   using transport::uv::formatAddress;
@@ -195,12 +209,7 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   std::promise<std::pair<int, int>> spun;
   std::function<void()> spin;
   Loop loop("drain");
-  std::promise<void> added;
-  loop.post([&] {
-    loop.addPoller(&poller);
-    added.set_value();
-  });
-  added.get_future().wait();
+  onLoop(loop, [&] { loop.addPoller(&poller); });
 
   // A chain as deep as the bound, started from a poll so that its first
   // link opens a drain: no poll between its links.
@@ -241,12 +250,7 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
   auto [spins, polls] = spunFuture.get();
   CHECK(polls >= 50);
   CHECK(spins <= 50 * Loop::kDrainRounds + Loop::kDrainRounds);
-  std::promise<void> removed;
-  loop.post([&] {
-    loop.removePoller(&poller);
-    removed.set_value();
-  });
-  removed.get_future().wait();
+  onLoop(loop, [&] { loop.removePoller(&poller); });
   loop.stop();
 }
 
@@ -256,23 +260,7 @@ TEST_CASE("a loop runs what its tasks post in the same drain, a bounded number o
 // exception left the loop thread and ended the process.
 TEST_CASE("a poller that throws is reported and the loop carries on") {
   using actorpipe::detail::Loop;
-  namespace detail = actorpipe::detail;
-  struct Lines {
-    std::mutex mutex;
-    int escaped = 0;
-    Lines() {
-      detail::setLogLevelForTesting(detail::LogLevel::kWarn);
-      detail::setLogSinkForTesting([this](const std::string& line) {
-        std::lock_guard<std::mutex> guard(mutex);
-        if (line.find("a poller on loop") != std::string::npos) ++escaped;
-      });
-    }
-    ~Lines() { detail::setLogSinkForTesting(nullptr); }
-    int count() {
-      std::lock_guard<std::mutex> guard(mutex);
-      return escaped;
-    }
-  } lines;
+  testing::LogLines lines;
   struct ThrowingPoller : Loop::Poller {
     std::atomic<int> polls{0};
     bool poll() override {
@@ -284,12 +272,7 @@ TEST_CASE("a poller that throws is reported and the loop carries on") {
   };
   ThrowingPoller poller;
   Loop loop("throwing");
-  std::promise<void> added;
-  loop.post([&] {
-    loop.addPoller(&poller);
-    added.set_value();
-  });
-  added.get_future().wait();
+  onLoop(loop, [&] { loop.addPoller(&poller); });
   // The loop keeps polling while anything happened: posts keep it turning.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (poller.polls.load() < 10 && std::chrono::steady_clock::now() < deadline) {
@@ -297,16 +280,11 @@ TEST_CASE("a poller that throws is reported and the loop carries on") {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECK(poller.polls.load() >= 10);
-  CHECK(lines.count() == 2);
-  std::promise<void> ran;
-  loop.post([&] { ran.set_value(); });
-  CHECK(ran.get_future().wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  std::promise<void> removed;
-  loop.post([&] {
-    loop.removePoller(&poller);
-    removed.set_value();
-  });
-  removed.get_future().wait();
+  CHECK(lines.count("a poller on loop") == 2);
+  bool ran = false;
+  onLoop(loop, [&] { ran = true; });
+  CHECK(ran);
+  onLoop(loop, [&] { loop.removePoller(&poller); });
   loop.stop();
 }
 

@@ -433,25 +433,13 @@ TEST_CASE("data written just before the peer exits is still delivered (tcp)") {
 // Large messages so that writes complete in libuv's write callback and reads
 // in its read callback, not in a task; then a small one over the same pipe.
 TEST_CASE("a callback that throws is reported; the pipe and its loop carry on") {
-  std::mutex linesMutex;
-  std::vector<std::string> lines;
-  detail::setLogLevelForTesting(detail::LogLevel::kWarn);  // whatever ACTORPIPE_LOG says
-  detail::setLogSinkForTesting([&](const std::string& line) {
-    std::lock_guard<std::mutex> guard(linesMutex);
-    lines.push_back(line);
-  });
+  testing::LogLines lines;
   auto escaped = [&](const std::string& what) {
-    std::lock_guard<std::mutex> guard(linesMutex);
-    return std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
-      return line.find("an exception escaped " + what + ": thrown by") != std::string::npos;
-    });
+    return lines.count("an exception escaped " + what + ": thrown by");
   };
   for (const char* url : {"tcp://127.0.0.1:0", "shm://"}) {
     CAPTURE(url);
-    {
-      std::lock_guard<std::mutex> guard(linesMutex);
-      lines.clear();
-    }
+    lines.clear();
     auto server = makeContext("server");
     auto listener = server->listen({url});
     auto client = makeContext("client");
@@ -517,5 +505,4 @@ TEST_CASE("a callback that throws is reported; the pipe and its loop carry on") 
     CHECK(escaped("a pipe's readDescriptor callback") == 3);
     CHECK(escaped("a pipe's read callback") == 3);
   }
-  detail::setLogSinkForTesting(nullptr);
 }

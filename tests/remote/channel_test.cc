@@ -17,7 +17,6 @@
 
 #include <actorpipe/actors/dataflow/dag.h>
 #include <actorpipe/actors/remote/channel.h>
-#include <actorpipe/runtime/detail/log.h>
 
 using namespace remote_test;
 using actorpipe::dataflow::Channel;
@@ -387,22 +386,7 @@ TEST_CASE("importChannel: the owner's node gone closes the local channel, with t
 // One that throws is logged and ends nothing else; the reader's closure
 // (which holds itself until the end) is freed all the same.
 TEST_CASE("importChannel: an onEnd that throws is logged, and the reader leaks nothing") {
-  struct Lines {
-    std::mutex mutex;
-    int escaped = 0;
-    Lines() {
-      actorpipe::detail::setLogLevelForTesting(actorpipe::detail::LogLevel::kWarn);
-      actorpipe::detail::setLogSinkForTesting([this](const std::string& line) {
-        std::lock_guard<std::mutex> guard(mutex);
-        if (line.find("importChannel's onEnd") != std::string::npos) ++escaped;
-      });
-    }
-    ~Lines() { actorpipe::detail::setLogSinkForTesting(nullptr); }
-    int count() {
-      std::lock_guard<std::mutex> guard(mutex);
-      return escaped;
-    }
-  } lines;
+  testing::LogLines lines;
   TestNode owner, node;
   Channel<int64_t> source;
   REQUIRE(!actorpipe::remote::exportChannel(owner.node(), source, "numbers"));
@@ -426,13 +410,13 @@ TEST_CASE("importChannel: an onEnd that throws is logged, and the reader leaks n
     CHECK(local.read().status == Status::kDrained);
   }
   auto deadline = std::chrono::steady_clock::now() + 10s;
-  while ((!ran->load() || !watch.expired() || lines.count() == 0) &&
+  while ((!ran->load() || !watch.expired() || lines.count("importChannel's onEnd") == 0) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(5ms);
   }
   CHECK(ran->load());
   CHECK(watch.expired());  // the closure that held onEnd is gone
-  CHECK(lines.count() == 1);
+  CHECK(lines.count("an exception escaped an importChannel's onEnd") == 1);
   // The node still works: a second import of the same channel ends cleanly.
   auto again = RemoteChannel<int64_t>::open(node.node(), owner.node().url("shm"), "numbers");
   REQUIRE(again);

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include <actorpipe/runtime/detail/log.h>
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -389,6 +392,28 @@ int echoServer(Child& self, int pipes, bool withMpt, const std::string& listenUr
   }
   for (auto& t : threads) t.join();
   return failures.load() == 0 ? 0 : 6;
+}
+
+LogLines::LogLines() {
+  actorpipe::detail::setLogLevelForTesting(actorpipe::detail::LogLevel::kWarn);
+  actorpipe::detail::setLogSinkForTesting([this](const std::string& line) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    lines_.push_back(line);
+  });
+}
+
+LogLines::~LogLines() { actorpipe::detail::setLogSinkForTesting(nullptr); }
+
+int LogLines::count(const std::string& text) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return static_cast<int>(std::count_if(lines_.begin(), lines_.end(), [&](const std::string& line) {
+    return line.find(text) != std::string::npos;
+  }));
+}
+
+void LogLines::clear() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  lines_.clear();
 }
 
 } // namespace testing

@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -124,5 +125,22 @@ template <typename T>
 bool ready(std::future<T>& f, std::chrono::milliseconds timeout) {
   return f.wait_for(timeout) == std::future_status::ready;
 }
+
+// The library's warnings while it lives (whatever ACTORPIPE_LOG says),
+// captured instead of printed: count() says how many contain a text. For
+// tests of what the library reports and carries on from. One at a time.
+class LogLines {
+ public:
+  LogLines();
+  ~LogLines();
+  LogLines(const LogLines&) = delete;
+  LogLines& operator=(const LogLines&) = delete;
+  int count(const std::string& text);
+  void clear();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
 
 } // namespace testing
