@@ -525,6 +525,30 @@ TEST_CASE("input that makes CAF throw is a protocol error, not the end of the pr
   CHECK(e.what().find("CAF threw") != std::string::npos);
 }
 
+// A peer's nesting is bounded: each level is a recursion in CAF's reader
+// (and again in the destructor of what it built), so a payload of nested
+// lists, two bytes a level, would overflow the loop thread's stack at a few
+// tens of thousands of levels: a crash no catch can stop.
+TEST_CASE("data nested deeper than the decoder's bound is refused, not a stack overflow") {
+  using namespace std::string_literals;
+  System s;
+  auto& system = *s.system;
+  // config_value: a variant tag (7: a list), then the list's count (1),
+  // level after level; an integer (tag 0, 8 bytes) at the bottom.
+  auto nested = [&](size_t levels) {
+    std::string rest;
+    for (size_t i = 0; i < levels; ++i) rest += "\x07\x01"s;
+    rest += "\x00"s + std::string(8, '\0');
+    return handMade(system, "@<>+@config_value", rest);
+  };
+  Error e = decode(system, nested(200000));
+  REQUIRE(e);
+  CHECK(e.what().find("nested deeper than") != std::string::npos);
+  // Data nested as deep as real settings decode as before.
+  CHECK(!decode(system, nested(0)));
+  CHECK(!decode(system, nested(16)));
+}
+
 TEST_CASE("a user type whose inspect throws anything fails that send, not the process") {
   caf::actor_system_config config;
   remote::configure(config);

@@ -72,8 +72,14 @@ std::string to_string(const Tensor& x) { return x.toString(); }
 namespace remote::detail {
 namespace {
 
+// How deep a peer's objects and sequences may nest (a message, a vector of
+// vectors, a config_value list of lists, ...): far past what actors send,
+// far below what a loop thread's stack holds.
+constexpr int kMaxDecodeDepth = 64;
+
 // CAF's binary format, read with every count and length checked against the
-// bytes that remain before anything is allocated or copied.
+// bytes that remain before anything is allocated or copied, and its nesting
+// bounded.
 class BoundedDeserializer final : public caf::deserializer {
  public:
   BoundedDeserializer(caf::execution_unit* unit, const char* data, size_t size)
@@ -81,18 +87,49 @@ class BoundedDeserializer final : public caf::deserializer {
 
   size_t remaining() const { return static_cast<size_t>(end_ - p_); }
 
+  // Objects and sequences nest: each level is a recursion in CAF's reader,
+  // and again in the destructor of what it built. A peer's list of lists,
+  // two bytes a level, overflowed the loop thread's stack (SIGSEGV, which
+  // nothing catches) at a few tens of thousands of levels.
   caf::error begin_object(uint16_t& typenr, std::string& name) override {
+    if (auto err = enter()) return err;
     if (auto err = apply_impl(typenr)) return err;
     if (typenr != 0) return caf::none;
     return apply_impl(name);
   }
-  caf::error end_object() override { return caf::none; }
+  caf::error end_object() override { return leave(); }
 
   // At most 5 varint bytes (a 32-bit count). A count is at most 8 elements
   // per remaining byte: every element but a bit of a vector<bool> takes at
   // least one byte, and CAF resizes byte vectors to the count before it
   // reads them, so this bounds that allocation by the message's own size.
   caf::error begin_sequence(size_t& count) override {
+    if (auto err = enter()) return err;
+    return readCount(count);
+  }
+  caf::error end_sequence() override { return leave(); }
+
+  caf::error apply_raw(size_t n, void* out) override {
+    if (n > remaining()) return caf::sec::end_of_stream;
+    if (n > 0) std::memcpy(out, p_, n);
+    p_ += n;
+    return caf::none;
+  }
+
+ private:
+  caf::error enter() {
+    if (++depth_ > kMaxDecodeDepth) {
+      return caf::make_error(caf::sec::invalid_argument,
+                             "data nested deeper than " + std::to_string(kMaxDecodeDepth) + " levels");
+    }
+    return caf::none;
+  }
+  caf::error leave() {
+    if (depth_ > 0) --depth_;
+    return caf::none;
+  }
+  // A sequence's count, or a string's length (a string is no level).
+  caf::error readCount(size_t& count) {
     uint64_t value = 0;
     for (int i = 0;; ++i) {
       if (i == 5) return caf::make_error(caf::sec::invalid_argument, "varint longer than 5 bytes");
@@ -107,14 +144,6 @@ class BoundedDeserializer final : public caf::deserializer {
                                  std::to_string(remaining()) + " bytes");
     }
     count = static_cast<size_t>(value);
-    return caf::none;
-  }
-  caf::error end_sequence() override { return caf::none; }
-
-  caf::error apply_raw(size_t n, void* out) override {
-    if (n > remaining()) return caf::sec::end_of_stream;
-    if (n > 0) std::memcpy(out, p_, n);
-    p_ += n;
     return caf::none;
   }
 
@@ -139,7 +168,7 @@ class BoundedDeserializer final : public caf::deserializer {
   }
   caf::error apply_impl(std::string& x) override {
     size_t n = 0;
-    if (auto err = begin_sequence(n)) return err;
+    if (auto err = readCount(n)) return err;
     if (n > remaining()) return caf::sec::end_of_stream;
     x.assign(p_, n);
     p_ += n;
@@ -166,7 +195,7 @@ class BoundedDeserializer final : public caf::deserializer {
   template <class Unit, class String>
   caf::error wide(String& x) {
     size_t n = 0;
-    if (auto err = begin_sequence(n)) return err;
+    if (auto err = readCount(n)) return err;
     if (n > remaining() / sizeof(Unit)) return caf::sec::end_of_stream;
     x.clear();
     for (size_t i = 0; i < n; ++i) {
@@ -179,6 +208,7 @@ class BoundedDeserializer final : public caf::deserializer {
 
   const char* p_;
   const char* end_;
+  int depth_{0};
 };
 
 // The compact form: a message of at most kMaxCompactElements elements, each
