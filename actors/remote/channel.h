@@ -58,6 +58,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/runtime/detail/call_user.h>
 
@@ -90,6 +91,7 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
                                                      dataflow::Channel<T> channel) {
   using dataflow::ReadResult;
   using dataflow::Status;
+  followLocalExitsOnly(self);
   return {
       [=](channel_read_atom) {
         auto promise = self->template make_response_promise<uint8_t, T>();
@@ -279,6 +281,9 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
   // on a remote channel that never drains.
   node.system().spawn<caf::hidden>(
       [local, owner = remote.owner(), onEnd](caf::event_based_actor* self) -> caf::behavior {
+        // Its requests name it to the owner's node: a peer's LINK and DOWN
+        // must not end it (the local channel would never close).
+        detail::followLocalExitsOnly(self);
         auto next = std::make_shared<std::function<void()>>();
         // The cycle through the closure (it holds itself) ends, and the
         // actor with it, before the user's onEnd runs: one that throws is

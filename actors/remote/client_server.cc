@@ -17,6 +17,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 
 // The protocol, between a client's two actors and the server's:
@@ -342,6 +343,7 @@ namespace {
 
 caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::ServerShared> shared) {
   self->set_down_handler([shared](caf::down_msg& down) { shared->left(down.source, down.reason); });
+  detail::followLocalExitsOnly(self);
   return {
       [self, shared](cs_hello_atom, caf::actor& agent) {
         // Before the promise, which takes the sender out of the message.

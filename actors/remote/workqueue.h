@@ -44,6 +44,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/workqueue.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 
 namespace actorpipe::remote {
@@ -137,6 +138,7 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
   using dataflow::Job;
   using dataflow::ReadResult;
   self->state.queue = std::move(queue);
+  followLocalExitsOnly(self);
   // A worker gone (its actor ended, or its node was lost or left): its
   // Worker goes, answering what it held with WorkerLost.
   self->set_down_handler([self](caf::down_msg& down) { forgetWorker<Q, A>(self, down.source); });

@@ -132,6 +132,24 @@ TEST_CASE("non-blocking operations, a close with items left, Tensors arrive as T
   CHECK(remote->tryRead().status == Status::kDrained);
 }
 
+// A channel's owner serves every node: a peer's actor that links to it and
+// fails must not end it (CAF's default exit handler would), nor may a
+// hand-made peer's LINK and DOWN.
+TEST_CASE("a peer's actor linked to a channel's owner fails: the channel serves on") {
+  TestNode owner, client;
+  Channel<int32_t> channel(4);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), channel, "numbers"));
+  auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(remote);
+  linkThenFail(client, remote->owner());
+  CHECK(outlives(client, remote->owner(), 1000ms));
+  CHECK(remote->write(int32_t(3)) == Status::kOpen);
+  auto read = remote->read();
+  REQUIRE(read);
+  CHECK(*read.item == 3);
+  CHECK(!remote->error());
+}
+
 TEST_CASE("an actor reads a remote channel without blocking: it requests the owner") {
   TestNode owner, client;
   Channel<int32_t> numbers(8);

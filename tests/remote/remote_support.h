@@ -173,4 +173,31 @@ inline void publishAll(TestNode& node) {
   node.node().publish(node.own(system.spawn(sleeper)), "sleeper");
 }
 
+// An actor of `node` links itself to `target` (an actor on another node),
+// then ends with an error, as a user's actor that fails would: CAF's link
+// carries that end to `target`. Returns once it has ended.
+template <class Handle>
+void linkThenFail(TestNode& node, const Handle& target) {
+  auto linker = node.system().spawn([target](caf::event_based_actor* self) -> caf::behavior {
+    self->link_to(target);
+    self->quit(caf::exit_reason::user_shutdown);
+    return {};
+  });
+  caf::scoped_actor self{node.system()};
+  self->monitor(linker);
+  self->receive([](caf::down_msg&) {});
+}
+
+// True if `target` (an actor on another node, as `node` sees it) is still
+// there after `within`: watched from now on, and a watch of an actor that
+// is gone already is answered at once.
+template <class Handle>
+bool outlives(TestNode& node, const Handle& target, std::chrono::milliseconds within) {
+  caf::scoped_actor self{node.system()};
+  self->monitor(target);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(within) >> [] {});
+  return !down;
+}
+
 } // namespace remote_test

@@ -86,6 +86,29 @@ TEST_CASE("workers on two other nodes answer an owner's questions; close release
   CHECK(handled == size_t(kQuestions));
 }
 
+// A workqueue's owner serves every node: a peer's actor that links to it
+// and fails must not end it (CAF's default exit handler would).
+TEST_CASE("a peer's actor linked to a workqueue's owner fails: the queue serves on") {
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+  auto handle = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(), owner.node().url("shm"), "q");
+  REQUIRE(handle);
+  linkThenFail(node, *handle);
+  CHECK(outlives(node, *handle, 1000ms));
+  std::thread serving([&] {
+    auto worker = RemoteWorker<int32_t, int32_t>::open(node.node(), owner.node().url("shm"), "q");
+    CHECK(worker);
+    if (worker) worker->serve([](int32_t x) { return x + 1; });
+  });
+  auto answer = queue.ask(41);
+  const bool answered = answer.wait_for(10s) == std::future_status::ready;
+  CHECK(answered);
+  if (answered) CHECK(answer.get() == 42);
+  queue.close();
+  serving.join();
+}
+
 TEST_CASE("a remote worker's failure reaches the owner as RemoteWorkFailed") {
   TestNode owner, node;
   WorkQueue<int32_t, int32_t> queue;

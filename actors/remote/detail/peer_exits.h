@@ -1,0 +1,21 @@
+#pragma once
+// The library's own published actors (a channel's owner, a workqueue's
+// owner, a client/server server) serve every node. A peer may link one of
+// its actors to them, as CAF allows, and that actor may then end with an
+// error, or its node be lost: CAF's default exit handler would end the owner
+// with it, for every other node too (a hand-made peer needs only a LINK and
+// a DOWN). They follow exits from their own node only; a peer's end is
+// already handled where it matters (its parked requests, its workers).
+#include <caf/system_messages.hpp>
+#include <caf/scheduled_actor.hpp>
+
+namespace actorpipe::remote::detail {
+
+inline void followLocalExitsOnly(caf::scheduled_actor* self) {
+  self->set_exit_handler([self](caf::exit_msg& msg) {
+    if (msg.source && msg.source.node() != self->node()) return;
+    if (msg.reason) self->quit(std::move(msg.reason));  // CAF's default
+  });
+}
+
+} // namespace actorpipe::remote::detail
