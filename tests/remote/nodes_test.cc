@@ -13,6 +13,7 @@
 #include <deque>
 #include <condition_variable>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "../support/harness.h"
@@ -545,6 +546,55 @@ TEST_CASE("links to an actor that is gone end the linker; a peer linking past th
   CHECK(readError);
   for (int i = 0; i < 500 && server.node().peers().size() > 1; ++i) std::this_thread::sleep_for(10ms);
   CHECK(server.node().peers().size() == 1);  // the client's link only
+  pipe->close();
+  context->join();
+}
+
+// A DOWN names one of the peer's own actors by an id the peer chooses. The
+// largest, 2^64 - 1, once made the node walk its links from end() to
+// begin(): the map's header moved from and erased (memory corrupted, then
+// a crash). It is an id like any other: nothing of the node changes.
+TEST_CASE("a hand-made peer's DOWN for actor 2^64 - 1 ends nothing of the node") {
+  TestNode server;
+  publishAll(server);
+  using namespace actorpipe::remote::detail;
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(server.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "summer");
+  Frame link;
+  link.kind = Frame::Kind::kLink;
+  link.source = 1;
+  link.aid = target;
+  Frame down;
+  down.kind = Frame::Kind::kDown;
+  down.aid = std::numeric_limits<uint64_t>::max();
+  Frame lookup;
+  lookup.kind = Frame::Kind::kLookup;
+  lookup.request = 2;
+  lookup.name = "summer";
+  REQUIRE(!testing::writeSync(*pipe, frameMessage({link, down, lookup})));
+  bool found = false;
+  for (int i = 0; i < 20 && !found; ++i) {
+    auto got = testing::readSync(*pipe, 10s);
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      found = found || (entry.frame.kind == Frame::Kind::kFound && entry.frame.request == 2 &&
+                        entry.frame.aid == target);
+    }
+  }
+  CHECK(found);
+  CHECK(server.node().peers().size() == 1);
+  // "summer" still answers another node.
+  TestNode client;
+  auto summer = client.node().remoteActor(server.node().url("tcp"), "summer");
+  REQUIRE(summer);
+  caf::scoped_actor self{client.system()};
+  double sum = -1;
+  self->request(*summer, 10s, Tensor::full<float>({10}, 1.0f))
+      .receive([&](double s, const Tensor&) { sum = s; }, [&](caf::error&) {});
+  CHECK(sum == 10.0);
   pipe->close();
   context->join();
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_registry.hpp>
@@ -272,10 +273,18 @@ void Link::writeEncoded(std::string encoded, std::shared_ptr<Outgoing> body, boo
   }
   if (queued > options_.maxQueuedControlBytes) {
     // Answers to a peer that asks and does not read would pile up for ever.
-    failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer does not read: " + std::to_string(queued) +
-                                                    " bytes of answers and control frames queued for it"
-                                                    " (maxQueuedControlBytes " +
-                                                    std::to_string(options_.maxQueuedControlBytes) + ")"));
+    Error error = ACTORPIPE_ERROR(ProtocolError, "the peer does not read: " + std::to_string(queued) +
+                                                     " bytes of answers and control frames queued for it"
+                                                     " (maxQueuedControlBytes " +
+                                                     std::to_string(options_.maxQueuedControlBytes) + ")");
+    // Failed on the loop, not here: the writer may be inside CAF's critical
+    // section of two actors (a local actor linking to or unlinking from one
+    // of this link's proxies: Proxy::add_backlink), and failing kills the
+    // proxies, which takes their locks again: a deadlock.
+    auto node = node_.lock();
+    if (!node || !node->post([self = shared_from_this(), error] { self->failProtocol(error); })) {
+      failProtocol(error);
+    }
     return;
   }
   writeBatch(std::move(batch));
@@ -1196,8 +1205,11 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
         for (auto& recent : recentProxies_) {
           if (recent && recent == proxy) held.push_back(std::move(recent));
         }
+        // Every link of the peer's actor frame.aid. Not by aid + 1: a peer's
+        // aid of 2^64 - 1 wraps it to 0, and the range ran from end() to
+        // begin() (the tree's header freed, a neighbour overwritten).
         auto first = peerLinks_.lower_bound({frame.aid, 0});
-        auto last = peerLinks_.lower_bound({frame.aid + 1, 0});
+        auto last = peerLinks_.upper_bound({frame.aid, std::numeric_limits<caf::actor_id>::max()});
         for (auto i = first; i != last; ++i) held.push_back(std::move(i->second));
         peerLinks_.erase(first, last);
         auto h = handleAids_.find(frame.aid);
