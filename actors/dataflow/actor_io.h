@@ -22,6 +22,7 @@
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/dataflow/workqueue.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -92,11 +93,15 @@ template <class T>
 class ActorReadWaiter final : public ReadWaiter<T> {
 public:
   ActorReadWaiter(caf::scheduled_actor* self, std::weak_ptr<ChannelState<T>> channel,
-                  std::function<void(ReadResult<T>)> callback)
-    : actor_(self), channel_(std::move(channel)), callback_(std::move(callback)) {
+                  std::function<void(ReadResult<T>)> callback,
+                  std::shared_ptr<const std::atomic<bool>> wanted = nullptr)
+    : actor_(self), channel_(std::move(channel)), callback_(std::move(callback)),
+      wanted_(std::move(wanted)) {
   }
 
-  bool stillWaiting() const override { return actor_.alive(); }
+  bool stillWaiting() const override {
+    return actor_.alive() && (!wanted_ || wanted_->load(std::memory_order_acquire));
+  }
 
   void resolve(ReadResult<T> result) override {
     // The channel resolving us is alive, so the lock succeeds.
@@ -111,6 +116,7 @@ private:
   // Weak: the channel owns this waiter, a strong pointer back would leak both.
   std::weak_ptr<ChannelState<T>> channel_;
   std::function<void(ReadResult<T>)> callback_;
+  std::shared_ptr<const std::atomic<bool>> wanted_;  // null: while the actor lives
 };
 
 class WriteContinuation final : public ActorContinuation {
@@ -204,8 +210,15 @@ private:
 // Reads one item for the actor `self`; `onRead(ReadResult<T>)` runs in the
 // actor's context with (OPEN|CLOSED, item) or (DRAINED, nothing). Call it
 // again from onRead to keep reading.
+//
+// `wanted`, if given, says whether the read is still wanted while it is
+// parked: once it reads false the read is dropped without taking an item
+// (and onRead never runs). An actor that reads for someone else (a remote
+// channel's owner, for a reader on another node) clears it when that one
+// goes, so no item is handed to a reader that is gone.
 template <class T, class F>
-void readThen(caf::scheduled_actor* self, const Channel<T>& channel, F&& onRead) {
+void readThen(caf::scheduled_actor* self, const Channel<T>& channel, F&& onRead,
+              std::shared_ptr<const std::atomic<bool>> wanted = nullptr) {
   std::function<void(ReadResult<T>)> callback(std::forward<F>(onRead));
   const auto& state = channel.state();
   auto now = state->read(nullptr, false);
@@ -214,7 +227,8 @@ void readThen(caf::scheduled_actor* self, const Channel<T>& channel, F&& onRead)
                                  state, std::move(now), std::move(callback)));
     return;
   }
-  auto waiter = std::make_shared<detail::ActorReadWaiter<T>>(self, state, std::move(callback));
+  auto waiter = std::make_shared<detail::ActorReadWaiter<T>>(self, state, std::move(callback),
+                                                             std::move(wanted));
   if (auto raced = state->readOrPark(waiter))
     detail::runInActor(self, std::make_shared<detail::ReadContinuation<T>>(
                                  state, std::move(*raced), waiter->takeCallback()));

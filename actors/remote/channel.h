@@ -28,7 +28,9 @@
 // CLOSED, and error() says why (kNodeLost or kNodeLeft, naming the node).
 // An item the owner handed to a read whose reader's node died before the
 // answer arrived is lost with that node (at most once, as torch-ipc's
-// channels across processes).
+// channels across processes). A read still parked at the owner when its
+// reader goes (its node lost or left, its actor ended) is dropped there
+// and takes no item.
 //
 // Inside an actor, do not call these blocking operations: request the
 // owner() instead (channel_read_atom answers (Status byte, item)).
@@ -38,8 +40,10 @@
 // while the handle lives) for one round trip, or until the read or write
 // can happen. The actor system must outlive the handles. T must be a type the actor
 // systems of both nodes have registered (Tensor is, by remote::configure).
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,18 +90,59 @@ namespace detail {
 // Published names of channels live apart from actors' names.
 inline std::string channelName(const std::string& name) { return "channel:" + name; }
 
+// How many requesters a channel's owner watches at once (channelOwner).
+constexpr size_t kMaxWatchedReaders = 4096;
+
 template <class T>
 typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::pointer self,
                                                      dataflow::Channel<T> channel) {
   using dataflow::ReadResult;
   using dataflow::Status;
   followLocalExitsOnly(self);
+  // A read parks here for its requester. One whose requester went (its
+  // actor ended, its node was lost or left) must not take an item: the
+  // answer would go nowhere and the item be lost to every other reader.
+  // So each requester is watched once and its parked reads carry a flag
+  // that its DOWN clears. Bounded: past kMaxWatchedReaders requesters a
+  // read parks unwatched (as it did before).
+  using Wanted = std::shared_ptr<std::atomic<bool>>;
+  auto readers = std::make_shared<std::map<caf::actor_addr, Wanted>>();
+  self->set_down_handler([readers](caf::down_msg& down) {
+    auto it = readers->find(down.source);
+    if (it == readers->end()) return;
+    it->second->store(false, std::memory_order_release);
+    readers->erase(it);
+  });
   return {
       [=](channel_read_atom) {
+        // Before the promise, which takes the sender out of the message.
+        auto sender = self->current_sender();
         auto promise = self->template make_response_promise<uint8_t, T>();
-        dataflow::readThen(self, channel, [promise](ReadResult<T> read) mutable {
-          promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
-        });
+        Wanted wanted;
+        if (sender) {
+          auto addr = caf::actor_cast<caf::actor_addr>(sender);
+          auto it = readers->find(addr);
+          if (it == readers->end() && readers->size() >= kMaxWatchedReaders) {
+            // A requester whose handle is gone here has no read parked (a
+            // parked read's promise holds it): forget those first.
+            for (auto i = readers->begin(); i != readers->end();) {
+              i = caf::actor_cast<caf::strong_actor_ptr>(i->first) ? std::next(i) : readers->erase(i);
+            }
+          }
+          if (it != readers->end()) {
+            wanted = it->second;
+          } else if (readers->size() < kMaxWatchedReaders) {
+            wanted = std::make_shared<std::atomic<bool>>(true);
+            readers->emplace(addr, wanted);
+            self->monitor(sender);
+          }
+        }
+        dataflow::readThen(
+            self, channel,
+            [promise](ReadResult<T> read) mutable {
+              promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
+            },
+            std::move(wanted));
         return promise;
       },
       [=](channel_try_read_atom) -> caf::result<uint8_t, T> {

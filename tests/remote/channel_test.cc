@@ -10,6 +10,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "../support/harness.h"
@@ -269,6 +270,44 @@ TEST_CASE("the owner killed: a blocked reader and a blocked writer return at onc
   MESSAGE("owner's death ended the blocked calls after "
           << std::chrono::duration_cast<std::chrono::milliseconds>(noticed).count() << " ms");
   child.wait();
+}
+
+// A read parks at the owner for its reader. A reader whose process is
+// killed while its read is parked must not take the next item with it: the
+// answer would go nowhere, and the item be lost to every other reader.
+TEST_CASE("a reader killed while its read is parked takes no item with it") {
+  TestNode owner;
+  Channel<int32_t> channel;
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), channel, "numbers"));
+  std::string url = owner.node().url("tcp");
+  Child child = Child::spawn(
+      [url](Child& self) {
+        TestNode node;
+        auto remote = RemoteChannel<int32_t>::open(node.node(), url, "numbers");
+        CHILD_CHECK(remote);
+        self.send("reading");
+        (void)remote->read();  // parks at the owner until the kill
+        return 0;
+      },
+      std::chrono::seconds(60));
+  REQUIRE(child.receive() == "reading");
+  std::this_thread::sleep_for(300ms);  // its read reached the owner and parked
+  child.kill(SIGKILL);
+  child.wait();
+  // The owner's node notices the loss (the socket's end), then the owner
+  // hears its reader's DOWN.
+  for (int i = 0; i < 500 && !owner.node().peers().empty(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(owner.node().peers().empty());
+  std::this_thread::sleep_for(200ms);
+  REQUIRE(channel.write(int32_t(7)) == Status::kOpen);
+  std::optional<int32_t> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto read = channel.tryRead();
+    if (read) got = *read.item;
+    else std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(got);  // still here for the readers that are left
+  CHECK(*got == 7);
 }
 
 TEST_CASE("a close cascades through stages on three processes") {
