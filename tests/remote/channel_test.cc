@@ -298,7 +298,7 @@ TEST_CASE("a reader killed while its read is parked takes no item with it") {
   // hears its reader's DOWN.
   for (int i = 0; i < 500 && !owner.node().peers().empty(); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(owner.node().peers().empty());
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(TestNode::kPromptly / 2);  // instrumented and loaded: longer
   REQUIRE(channel.write(int32_t(7)) == Status::kOpen);
   std::optional<int32_t> got;
   for (int i = 0; i < 200 && !got; ++i) {
