@@ -1,7 +1,9 @@
 #pragma once
 // A hand-made peer for the remote tests: it speaks the node protocol's
 // frames itself (detail/frames.h) over a pipe of its own, to attack a node.
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +90,24 @@ inline uint64_t attackerHello(actorpipe::Pipe& pipe, const std::string& name,
   }
   REQUIRE(target != 0);
   return target;
+}
+
+// A hand-made peer reads what the node sends until a frame matches
+// `wanted` (true), for up to `batches` batches of 10 s each (false).
+inline bool awaitFrame(actorpipe::Pipe& pipe,
+                       const std::function<bool(const actorpipe::remote::detail::Frame&)>& wanted,
+                       int batches = 20) {
+  using namespace actorpipe::remote::detail;
+  for (int i = 0; i < batches; ++i) {
+    auto got = testing::readSync(pipe, std::chrono::seconds(10));
+    REQUIRE(!got.error);
+    std::vector<BatchEntry> entries;
+    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
+    for (auto& entry : entries) {
+      if (wanted(entry.frame)) return true;
+    }
+  }
+  return false;
 }
 
 } // namespace remote_test

@@ -518,17 +518,7 @@ TEST_CASE("links to an actor that is gone end the linker; a peer linking past th
   nowhere.source = 7;
   nowhere.aid = 123456789;
   REQUIRE(!testing::writeSync(*pipe, frameMessage({nowhere})));
-  bool down = false;
-  for (int i = 0; i < 20 && !down; ++i) {
-    auto got = testing::readSync(*pipe, 10s);
-    REQUIRE(!got.error);
-    std::vector<BatchEntry> entries;
-    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
-    for (auto& entry : entries) {
-      down = down || (entry.frame.kind == Frame::Kind::kDown && entry.frame.aid == 123456789);
-    }
-  }
-  CHECK(down);
+  CHECK(awaitFrame(*pipe, [](const Frame& f) { return f.kind == Frame::Kind::kDown && f.aid == 123456789; }));
   uint64_t source = 1;
   actorpipe::Error failed;
   const size_t batches = patient.maxPeerLinks / kMaxBatchFrames;
@@ -573,18 +563,9 @@ TEST_CASE("a hand-made peer's DOWN for actor 2^64 - 1 ends nothing of the node")
   lookup.request = 2;
   lookup.name = "summer";
   REQUIRE(!testing::writeSync(*pipe, frameMessage({link, down, lookup})));
-  bool found = false;
-  for (int i = 0; i < 20 && !found; ++i) {
-    auto got = testing::readSync(*pipe, 10s);
-    REQUIRE(!got.error);
-    std::vector<BatchEntry> entries;
-    REQUIRE(!decodeBatch(got.descriptor.metadata, entries));
-    for (auto& entry : entries) {
-      found = found || (entry.frame.kind == Frame::Kind::kFound && entry.frame.request == 2 &&
-                        entry.frame.aid == target);
-    }
-  }
-  CHECK(found);
+  CHECK(awaitFrame(*pipe, [&](const Frame& f) {
+    return f.kind == Frame::Kind::kFound && f.request == 2 && f.aid == target;
+  }));
   CHECK(server.node().peers().size() == 1);
   // "summer" still answers another node.
   TestNode client;
