@@ -86,7 +86,9 @@ struct NodeOptions {
   std::chrono::milliseconds lookupTimeout{10000};
   // The CAF-encoded part of one message (its tensors are apart).
   size_t maxMessageBytes{64u << 20};
-  // Tensors of one message, and the bytes of one tensor.
+  // Tensors of one message, and their bytes together: a receiver holds
+  // that much memory for a message before its bytes arrive (one message
+  // larger than the window is let in alone), so a peer can ask for no more.
   size_t maxTensors{4096};
   size_t maxTensorBytes{size_t{16} << 30};
   // The window: messages (and their bytes, tensors included) sent to one

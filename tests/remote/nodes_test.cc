@@ -3,6 +3,7 @@
 // SIGSTOP, a clean leave, a stranger without the secret).
 #include <endian.h>
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <deque>
+#include <fstream>
 #include <condition_variable>
 #include <future>
 #include <limits>
@@ -20,6 +22,7 @@
 #include "attacker.h"
 #include "remote_support.h"
 
+#include <actorpipe/actors/pipe_tensor.h>
 #include <actorpipe/actors/remote/detail/frames.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
 
@@ -1458,6 +1461,127 @@ bool peersGone(Node& node, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(10ms);
   }
   return node.peers().empty();
+}
+
+// A hand-made peer's MESSAGE to `target` whose body is `body` (its tensors
+// as the pipe's tensors): the pipe message a node would write.
+actorpipe::Message tensorMessage(uint64_t target, const actorpipe::remote::detail::EncodedMessage& body) {
+  using namespace actorpipe::remote::detail;
+  Frame message;
+  message.kind = Frame::Kind::kMessage;
+  message.aid = target;
+  message.messageId = caf::make_message_id().integer_value();
+  actorpipe::Message m;
+  m.metadata = encodeBatch({{encodeFrame(message), static_cast<uint32_t>(body.tensors.size())}});
+  m.payloads.push_back({const_cast<char*>(body.bytes.data()), body.bytes.size(), ""});
+  for (const auto& t : body.tensors) m.tensors.push_back(actorpipe::pipeTensor(t));
+  return m;
+}
+
+// Until the node closes `pipe` (true), or 10 s pass.
+bool pipeCut(actorpipe::Pipe& pipe) {
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    actorpipe::Error error = testing::readSync(pipe, 1s).error;
+    if (error && error.what().find("test timeout") == std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE("a peer's message whose tensors together pass maxTensorBytes is refused before any is allocated") {
+  NodeOptions options = TestNode::quick();
+  options.maxTensorBytes = 1u << 20;
+  options.heartbeatTimeout = 60s;  // only the bound may cut it
+  TestNode victim(options);
+  auto got = std::make_shared<std::atomic<int>>(0);
+  auto sink = victim.system().spawn([got](caf::event_based_actor*) -> caf::behavior {
+    return {[got](const Tensor&, const Tensor&) { ++*got; }};
+  });
+  REQUIRE(!victim.node().publish(sink, "sink"));
+  // Each tensor is within the bound; the two are not. Before, a message
+  // alone was held whatever its size (the window lets one large one in).
+  auto body = attackerBody(caf::make_message(Tensor::full<uint8_t>({600 << 10}, uint8_t(1)),
+                                             Tensor::full<uint8_t>({600 << 10}, uint8_t(2))));
+  testing::LogLines warnings;
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "sink");
+  (void)testing::writeSync(*pipe, tensorMessage(target, body), 5s);
+  CHECK(pipeCut(*pipe));
+  CHECK(peersGone(victim.node(), 5s));
+  CHECK(warnings.count("the tensors of a remote actor message of") == 1);
+  CHECK(*got == 0);
+  pipe->close();
+  context->join();
+
+  // A node of ours refuses to send such a message (it is told, nothing is cut).
+  TestNode sender(options);
+  auto remote = sender.node().remoteActor(victim.node().url("tcp"), "sink");
+  REQUIRE(remote);
+  caf::scoped_actor self{sender.system()};
+  caf::error refused;
+  self->request(*remote, 10s, Tensor::full<uint8_t>({600 << 10}, uint8_t(1)),
+                Tensor::full<uint8_t>({600 << 10}, uint8_t(2)))
+      .receive([] { FAIL("sent"); }, [&](caf::error& e) { refused = e; });
+  CHECK(actorpipe::remote::isError(refused, RemoteError::kUnsendable));
+  CHECK(render(sender.system(), refused).find("exceeds maxTensorBytes") != std::string::npos);
+  self->send(*remote, Tensor::full<uint8_t>({600 << 10}, uint8_t(1)),
+             Tensor::full<uint8_t>({400 << 10}, uint8_t(2)));
+  for (int i = 0; i < 500 && *got == 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(*got == 1);
+}
+
+// What the kernel would let one allocation have: RAM and swap, unless it
+// overcommits without limit (mode 1). 0: no bound to test against here.
+size_t allocationBound() {
+  std::ifstream mode("/proc/sys/vm/overcommit_memory");
+  int overcommit = -1;
+  if (!(mode >> overcommit) || overcommit == 1) return 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kb = 0, total = 0;
+  std::string unit;
+  while (meminfo >> key >> kb >> unit) {
+    if (key == "MemTotal:" || key == "SwapTotal:") total += kb << 10;
+  }
+  return total;
+}
+
+TEST_CASE("a peer's message that asks for more memory than the host has: the link is cut at once") {
+  // Within the node's bounds (set past the host's memory here), the
+  // allocation fails. Before, its bad_alloc escaped the read callback and
+  // the link waited for ever: nothing read, nothing cut.
+  constexpr size_t kAsked = size_t{48} << 30;  // within a pipe's own limit on one tensor
+  size_t bound = allocationBound();
+  if (bound == 0 || bound >= kAsked) {
+    MESSAGE("skipped: this host could allocate " << kAsked << " bytes (overcommit or memory)");
+    return;
+  }
+  NodeOptions options = TestNode::quick();
+  options.maxTensorBytes = kAsked;
+  options.heartbeatTimeout = 60s;
+  TestNode victim(options);
+  auto sink = victim.system().spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](const Tensor&) {}};
+  });
+  REQUIRE(!victim.node().publish(sink, "sink"));
+  // The attacker's bytes are the kernel's zero page: nothing is committed.
+  void* zeros = ::mmap(nullptr, kAsked, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(zeros != MAP_FAILED);
+  auto huge = Tensor::fromStorage(
+      actorpipe::Storage::adopt(zeros, kAsked, actorpipe::Device::cpu(), [](void* p) { ::munmap(p, kAsked); }),
+      {static_cast<int64_t>(kAsked)}, DType::kUint8);
+  auto body = attackerBody(caf::make_message(huge));
+  testing::LogLines warnings;
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "sink");
+  pipe->write(tensorMessage(target, body), [](const actorpipe::Error&) {});
+  CHECK(pipeCut(*pipe));
+  CHECK(peersGone(victim.node(), 5s));
+  CHECK(warnings.count("allocating the ") == 1);
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("a peer that asks and never reads is cut off once its answers pile up") {

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <limits>
+#include <new>
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_registry.hpp>
@@ -424,6 +426,13 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
     problem = makeError(RemoteError::kUnsendable, "a message of " +
                                                       std::to_string(encoded.tensors.size()) +
                                                       " tensors exceeds maxTensors");
+  } else {
+    size_t tensorBytes = 0;
+    for (const auto& tensor : encoded.tensors) tensorBytes += tensor.nbytes();
+    if (tensorBytes > options_.maxTensorBytes) {
+      problem = makeError(RemoteError::kUnsendable, "a message of " + std::to_string(tensorBytes) +
+                                                        " tensor bytes exceeds maxTensorBytes");
+    }
   }
   // Only a local sender can be answered (no routing through this node).
   uint64_t source = 0;
@@ -614,50 +623,74 @@ void Link::readNext() {
     for (const auto& t : descriptor.tensors) announced += t.length;
     self->readingBytes_ = announced;
     Allocation allocation;
-    incoming->resize(entries->size());
-    size_t payload = 0, tensor = 0;
-    for (size_t i = 0; i < entries->size(); ++i) {
-      const BatchEntry& entry = (*entries)[i];
-      Incoming& in = (*incoming)[i];
-      if (entry.frame.kind == Frame::Kind::kInline) {
-        in.bytes = entry.frame.body.size();
-        if (in.bytes > self->options_.maxMessageBytes) {
-          self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message", in.bytes,
+    // The memory is the peer's to ask for, within the bounds checked below;
+    // a host without it cuts the link (the peer would wait for ever).
+    try {
+      incoming->resize(entries->size());
+      size_t payload = 0, tensor = 0;
+      for (size_t i = 0; i < entries->size(); ++i) {
+        const BatchEntry& entry = (*entries)[i];
+        Incoming& in = (*incoming)[i];
+        if (entry.frame.kind == Frame::Kind::kInline) {
+          in.bytes = entry.frame.body.size();
+          if (in.bytes > self->options_.maxMessageBytes) {
+            self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message", in.bytes,
+                                               self->options_.maxMessageBytes));
+            return;
+          }
+          if (Error over = self->hold(in.bytes)) {
+            self->failProtocol(over);
+            return;
+          }
+          continue;
+        }
+        if (entry.frame.kind != Frame::Kind::kMessage) continue;
+        size_t length = descriptor.payloads[payload].length;
+        if (length > self->options_.maxMessageBytes) {
+          self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message", length,
                                              self->options_.maxMessageBytes));
           return;
         }
+        if (entry.tensors > self->options_.maxTensors) {
+          self->failProtocol(ACTORPIPE_ERROR(ProtocolError, "a remote actor message of " +
+                                                                std::to_string(entry.tensors) +
+                                                                " tensors exceeds maxTensors"));
+          return;
+        }
+        // One message's tensors together, the bound that also holds for a
+        // message larger than the window (hold() lets one such in alone).
+        size_t tensorBytes = 0;
+        for (uint32_t t = 0; t < entry.tensors; ++t) {
+          tensorBytes += std::min(descriptor.tensors[tensor + t].length, self->options_.maxTensorBytes + 1);
+          if (tensorBytes > self->options_.maxTensorBytes) {
+            self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "the tensors of a remote actor message",
+                                               tensorBytes, self->options_.maxTensorBytes));
+            return;
+          }
+        }
+        in.bytes = length + tensorBytes;
         if (Error over = self->hold(in.bytes)) {
           self->failProtocol(over);
           return;
         }
-        continue;
-      }
-      if (entry.frame.kind != Frame::Kind::kMessage) continue;
-      size_t length = descriptor.payloads[payload].length;
-      if (length > self->options_.maxMessageBytes || entry.tensors > self->options_.maxTensors) {
-        self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "a remote actor message", length,
-                                           self->options_.maxMessageBytes));
-        return;
-      }
-      in.bytes = length;
-      for (uint32_t t = 0; t < entry.tensors; ++t) in.bytes += descriptor.tensors[tensor + t].length;
-      if (Error over = self->hold(in.bytes)) {
-        self->failProtocol(over);
-        return;
-      }
-      in.payload.resize(length);
-      allocation.payloads.push_back(Allocation::Payload{in.payload.data()});
-      in.tensors.resize(entry.tensors);
-      for (uint32_t t = 0; t < entry.tensors; ++t, ++tensor) {
-        allocation.tensors.emplace_back();
-        self->poolTensor(descriptor.tensors[tensor], in.tensors[t]);
-        if (Error bad = receiveTensor(descriptor.tensors[tensor], in.tensors[t],
-                                      allocation.tensors.back())) {
-          self->failProtocol(bad);
-          return;
+        in.payload.resize(length);
+        allocation.payloads.push_back(Allocation::Payload{in.payload.data()});
+        in.tensors.resize(entry.tensors);
+        for (uint32_t t = 0; t < entry.tensors; ++t, ++tensor) {
+          allocation.tensors.emplace_back();
+          self->poolTensor(descriptor.tensors[tensor], in.tensors[t]);
+          if (Error bad = receiveTensor(descriptor.tensors[tensor], in.tensors[t],
+                                        allocation.tensors.back())) {
+            self->failProtocol(bad);
+            return;
+          }
         }
+        ++payload;
       }
-      ++payload;
+    } catch (const std::bad_alloc&) {
+      self->failProtocol(ACTORPIPE_ERROR(SystemError, "allocating the " + std::to_string(announced) +
+                                                          " bytes of a node batch", ENOMEM));
+      return;
     }
     if (deliverNow) {
       // INLINEs and control frames: the read has nothing to bring, so the
