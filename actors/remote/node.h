@@ -109,6 +109,12 @@ struct NodeOptions {
   // other nodes' actors that came inside them, each held until its actor's
   // DOWN or its link's end. Past this the peer's link is cut.
   size_t maxPeerHandles{size_t{1} << 16};
+  // Requests to one peer node's actors whose answer has not come (each
+  // failed at once if the link ends). Past this a request fails at once
+  // with kTooManyRequests, as Ray's max_pending_calls: a node that answers
+  // nothing (while it beats) would otherwise have them pile up for ever.
+  // Those of requesters that have ended are forgotten first.
+  size_t maxPendingRequests{size_t{1} << 16};
   // Links a peer's actors may hold to this node's actors at once (LINK:
   // each an attachable here and a proxy held). Past this its link is cut.
   size_t maxPeerLinks{size_t{1} << 16};
@@ -131,6 +137,7 @@ struct LinkStats {
   size_t maxInFlightBytes{0};
   size_t heldBack{0};  // sends that waited for the window
   size_t proxies{0};   // the peer's actors with a proxy here now
+  size_t pendingRequests{0};  // requests to its actors awaiting answers
 };
 
 // Errors of this layer: caf::error in category "actorpipe" with these codes
@@ -143,6 +150,7 @@ enum class RemoteError : uint8_t {
   kBadInterface = 6, // the published actor's interface is not the handle's
   kWindowFull = 7,   // trySend: the window to the actor's node is full
   kClosed = 8,       // a client or server closed (client_server.h)
+  kTooManyRequests = 9,  // maxPendingRequests to that node await answers
 };
 caf::error makeError(RemoteError code, std::string text);
 // Whether `error` is this layer's `code`.

@@ -1186,6 +1186,68 @@ TEST_CASE("an idle healthy node is never declared dead; its pending requests sta
   caf::anon_send_exit(holder, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("requests a node never answers are bounded; those of requesters that ended are forgotten") {
+  TestNode server;
+  publishAll(server);
+  NodeOptions options = TestNode::quick();
+  options.maxPendingRequests = 8;
+  TestNode client(options);
+  auto sleeperActor = client.node().remoteActor(server.node().url("tcp"), "sleeper");
+  REQUIRE(sleeperActor);
+  auto answered = std::make_shared<std::atomic<int>>(0);
+  auto asked = std::make_shared<std::atomic<int>>(0);
+  auto hold = [&] {  // a requester whose request the sleeper keeps (its node beats on)
+    return client.system().spawn([answered, asked, s = *sleeperActor](caf::event_based_actor* a) {
+      // The link takes the request in this call (or refuses it).
+      a->request(s, caf::infinite, hold_atom::value)
+          .then([answered](int32_t) { ++*answered; }, [answered](caf::error&) { ++*answered; });
+      ++*asked;
+    });
+  };
+  auto pending = [&](size_t wanted) {
+    for (int i = 0; i < 1000; ++i) {
+      auto links = client.node().stats();
+      if (links.size() == 1 && links[0].pendingRequests == wanted) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  };
+  std::vector<caf::actor> holders;
+  for (int i = 0; i < 8; ++i) holders.push_back(hold());
+  REQUIRE(pending(8));
+  caf::scoped_actor self{client.system()};
+  auto askSleeper = [&] {
+    caf::error failed;
+    self->request(*sleeperActor, 10s, hold_atom::value)
+        .receive([](int32_t) { FAIL("answered"); }, [&](caf::error& e) { failed = e; });
+    return failed;
+  };
+  caf::error refused = askSleeper();  // at once, not after its 10 s
+  CHECK(actorpipe::remote::isError(refused, RemoteError::kTooManyRequests));
+  CHECK(render(client.system(), refused).find("8 requests to node") != std::string::npos);
+  // Four requesters end: their requests are forgotten, and four more fit.
+  for (int i = 0; i < 4; ++i) {
+    self->monitor(holders[i]);
+    self->send_exit(holders[i], caf::exit_reason::kill);
+    self->receive([](const caf::down_msg&) {});
+  }
+  std::vector<caf::weak_actor_ptr> ended;
+  for (int i = 0; i < 4; ++i) ended.push_back(caf::actor_cast<caf::weak_actor_ptr>(holders[i]));
+  holders.erase(holders.begin(), holders.begin() + 4);
+  // CAF lets go of an actor a little after its DOWN.
+  auto released = [&] {
+    return std::all_of(ended.begin(), ended.end(), [](auto& weak) { return !weak.lock(); });
+  };
+  for (int i = 0; i < 500 && !released(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(released());
+  for (int i = 0; i < 4; ++i) holders.push_back(hold());
+  for (int i = 0; i < 500 && *asked < 12; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(pending(8));
+  CHECK(actorpipe::remote::isError(askSleeper(), RemoteError::kTooManyRequests));
+  CHECK(*answered == 0);  // nobody was failed to make room
+  for (auto& holder : holders) caf::anon_send_exit(holder, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE("kill -9 a node with requests in flight: all fail at once, monitors fire") {
   Child child = Child::spawn([](Child& self) { return servingNode(self, TestNode::quick()); },
                              std::chrono::seconds(60));

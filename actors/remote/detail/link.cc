@@ -448,12 +448,21 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
     if (dead_) {
       problem = deathReason_;
     } else if (!problem) {
-      window_.inFlightMessages += 1;
-      window_.inFlightBytes += bytes;
-      window_.maxInFlightMessages = std::max(window_.maxInFlightMessages, window_.inFlightMessages);
-      window_.maxInFlightBytes = std::max(window_.maxInFlightBytes, window_.inFlightBytes);
       if (mid.is_request() && source != 0) {
-        pending_[{source, mid.request_id().integer_value()}] = Pending{sender, targetProxy, mid};
+        if (roomForRequest()) {
+          pending_[{source, mid.request_id().integer_value()}] =
+              Pending{caf::weak_actor_ptr(sender.get()), targetProxy, mid};
+        } else {
+          problem = makeError(RemoteError::kTooManyRequests,
+                              std::to_string(pending_.size()) + " requests to node " + peer_ +
+                                  " await answers (maxPendingRequests)");
+        }
+      }
+      if (!problem) {
+        window_.inFlightMessages += 1;
+        window_.inFlightBytes += bytes;
+        window_.maxInFlightMessages = std::max(window_.maxInFlightMessages, window_.inFlightMessages);
+        window_.maxInFlightBytes = std::max(window_.maxInFlightBytes, window_.inFlightBytes);
       }
     }
   }
@@ -481,6 +490,19 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   auto body = std::make_shared<Outgoing>();
   body->message = std::move(encoded);
   write(frame, std::move(body), true);
+}
+
+bool Link::roomForRequest() {
+  if (pending_.size() < options_.maxPendingRequests) return true;
+  // Full: forget the requests of requesters that have ended, once per
+  // 1/64 of the bound in refusals (a walk of the whole book, under the
+  // lock: 64 entries per refusal at most).
+  if (++refusedRequests_ < std::max<size_t>(1, options_.maxPendingRequests / 64)) return false;
+  refusedRequests_ = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = it->second.sender.lock() ? std::next(it) : pending_.erase(it);
+  }
+  return pending_.size() < options_.maxPendingRequests;
 }
 
 bool Link::waitForWindow(std::unique_lock<std::mutex>& lock, size_t bytes) {
@@ -558,6 +580,7 @@ LinkStats Link::stats() {
   std::lock_guard<std::mutex> guard(mutex_);
   LinkStats out = window_;
   out.peer = peer_;
+  out.pendingRequests = pending_.size();
   out.proxies = proxies_.size();  // a proxy's entry goes when it ends (forgetProxy)
   return out;
 }
@@ -1294,7 +1317,12 @@ void Link::onMessage(const Frame& frame, caf::message content, size_t bytes, caf
       pending_.erase(it);
     }
     if (refused) content = caf::make_message(std::move(refused));
-    waiting.sender->enqueue(
+    auto sender = waiting.sender.lock();
+    if (!sender) {  // the requester ended meanwhile
+      consumed(bytes);
+      return;
+    }
+    sender->enqueue(
         caf::mailbox_element_ptr(new CountedElement(std::move(waiting.target),
                                                     waiting.mid.response_id(), std::move(content),
                                                     weak_from_this(), bytes)),
@@ -1643,7 +1671,9 @@ void Link::fail(const caf::error& reason) {
   pipe_->close();
   for (auto& entry : pending) {
     auto& waiting = entry.second;
-    waiting.sender->enqueue(caf::make_mailbox_element(waiting.target, waiting.mid.response_id(),
+    auto sender = waiting.sender.lock();
+    if (!sender) continue;
+    sender->enqueue(caf::make_mailbox_element(waiting.target, waiting.mid.response_id(),
                                                       {}, caf::make_message(reason)),
                             nullptr);
   }
