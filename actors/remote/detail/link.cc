@@ -442,28 +442,32 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   }
   size_t bytes = encoded.bytes.size();
   for (const auto& tensor : encoded.tensors) bytes += tensor.nbytes();
+  // Entries forgotten to make room: let go after the lock (the last
+  // handle of a proxy ends it, and it tells this link).
+  std::vector<Pending> forgotten;
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    const bool awaited = mid.is_request() && source != 0;
+    // Before the window: a request that cannot wait for its answer does
+    // not wait for room either (senders waiting meanwhile may take the
+    // book past its bound by their number).
+    if (!problem && awaited && !dead_ && !roomForRequest(forgotten)) {
+      problem = makeError(RemoteError::kTooManyRequests,
+                          std::to_string(pending_.size()) + " requests to node " + peer_ +
+                              " await answers (maxPendingRequests)");
+    }
     if (!problem && !waitForWindow(lock, bytes)) return;  // refused: trySend
     if (dead_) {
       problem = deathReason_;
     } else if (!problem) {
-      if (mid.is_request() && source != 0) {
-        if (roomForRequest()) {
-          pending_[{source, mid.request_id().integer_value()}] =
-              Pending{caf::weak_actor_ptr(sender.get()), targetProxy, mid};
-        } else {
-          problem = makeError(RemoteError::kTooManyRequests,
-                              std::to_string(pending_.size()) + " requests to node " + peer_ +
-                                  " await answers (maxPendingRequests)");
-        }
+      if (awaited) {
+        pending_[{source, mid.request_id().integer_value()}] =
+            Pending{caf::weak_actor_ptr(sender.get()), targetProxy, mid};
       }
-      if (!problem) {
-        window_.inFlightMessages += 1;
-        window_.inFlightBytes += bytes;
-        window_.maxInFlightMessages = std::max(window_.maxInFlightMessages, window_.inFlightMessages);
-        window_.maxInFlightBytes = std::max(window_.maxInFlightBytes, window_.inFlightBytes);
-      }
+      window_.inFlightMessages += 1;
+      window_.inFlightBytes += bytes;
+      window_.maxInFlightMessages = std::max(window_.maxInFlightMessages, window_.inFlightMessages);
+      window_.maxInFlightBytes = std::max(window_.maxInFlightBytes, window_.inFlightBytes);
     }
   }
   if (problem) {
@@ -492,15 +496,26 @@ void Link::forward(caf::mailbox_element_ptr element, caf::actor_id target,
   write(frame, std::move(body), true);
 }
 
-bool Link::roomForRequest() {
-  if (pending_.size() < options_.maxPendingRequests) return true;
-  // Full: forget the requests of requesters that have ended, once per
-  // 1/64 of the bound in refusals (a walk of the whole book, under the
-  // lock: 64 entries per refusal at most).
-  if (++refusedRequests_ < std::max<size_t>(1, options_.maxPendingRequests / 64)) return false;
-  refusedRequests_ = 0;
+bool Link::roomForRequest(std::vector<Pending>& forgotten) {
+  if (pending_.size() < options_.maxPendingRequests) {
+    refusedRequests_ = 0;
+    return true;
+  }
+  // Full: forget the requests of requesters that have ended, on the first
+  // refusal and then once per 1/64 of the bound in refusals (a walk of the
+  // whole book, under the lock: 64 entries per refusal at most). Ended is
+  // read off the control block: a strong handle taken here could be the
+  // last, and end the requester under the lock.
+  const size_t step = std::max<size_t>(1, options_.maxPendingRequests / 64);
+  if (refusedRequests_++ % step != 0) return false;
   for (auto it = pending_.begin(); it != pending_.end();) {
-    it = it->second.sender.lock() ? std::next(it) : pending_.erase(it);
+    caf::actor_control_block* requester = it->second.sender.get();
+    if (requester != nullptr && requester->strong_refs.load() > 0) {
+      ++it;
+      continue;
+    }
+    forgotten.push_back(std::move(it->second));
+    it = pending_.erase(it);
   }
   return pending_.size() < options_.maxPendingRequests;
 }
@@ -684,12 +699,15 @@ void Link::readNext() {
         // message larger than the window (hold() lets one such in alone).
         size_t tensorBytes = 0;
         for (uint32_t t = 0; t < entry.tensors; ++t) {
-          tensorBytes += std::min(descriptor.tensors[tensor + t].length, self->options_.maxTensorBytes + 1);
-          if (tensorBytes > self->options_.maxTensorBytes) {
-            self->failProtocol(ACTORPIPE_ERROR(LimitExceededError, "the tensors of a remote actor message",
-                                               tensorBytes, self->options_.maxTensorBytes));
+          const size_t length = descriptor.tensors[tensor + t].length;
+          if (length > self->options_.maxTensorBytes - tensorBytes) {
+            self->failProtocol(ACTORPIPE_ERROR(
+                LimitExceededError, "the tensors of a remote actor message",
+                tensorBytes + std::min(length, std::numeric_limits<size_t>::max() - tensorBytes),
+                self->options_.maxTensorBytes));
             return;
           }
+          tensorBytes += length;
         }
         in.bytes = length + tensorBytes;
         if (Error over = self->hold(in.bytes)) {

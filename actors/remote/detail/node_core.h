@@ -318,16 +318,17 @@ class Link : public std::enable_shared_from_this<Link> {
   std::map<std::pair<caf::actor_id, caf::actor_id>, caf::strong_actor_ptr> peerLinks_;
   struct Pending {
     // Weak: a requester that ended (its request timed out, say) is not
-    // kept alive by a peer that never answers; trimPending() forgets it.
+    // kept alive by a peer that never answers; roomForRequest() forgets it.
     caf::weak_actor_ptr sender;
     caf::strong_actor_ptr target;  // the proxy the request went to
     caf::message_id mid;           // as the sender asked (the peer's copy is not trusted)
   };
   // (local sender aid, request id) -> who waits for the response
   std::map<std::pair<caf::actor_id, uint64_t>, Pending> pending_;
-  size_t refusedRequests_{0};  // since pending_ was last walked
-  // With mutex_ held: whether one more request may wait for its answer.
-  bool roomForRequest();
+  size_t refusedRequests_{0};  // since pending_ last had room
+  // With mutex_ held: whether one more request may wait for its answer;
+  // the entries it forgets go to `forgotten`, to be let go after the lock.
+  bool roomForRequest(std::vector<Pending>& forgotten);
   struct Lookup {
     bool done{false};
     caf::error error;
