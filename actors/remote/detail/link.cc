@@ -699,15 +699,15 @@ void Link::readNext() {
         // message larger than the window (hold() lets one such in alone).
         size_t tensorBytes = 0;
         for (uint32_t t = 0; t < entry.tensors; ++t) {
-          const size_t length = descriptor.tensors[tensor + t].length;
-          if (length > self->options_.maxTensorBytes - tensorBytes) {
+          const size_t stated = descriptor.tensors[tensor + t].length;
+          if (stated > self->options_.maxTensorBytes - tensorBytes) {
             self->failProtocol(ACTORPIPE_ERROR(
                 LimitExceededError, "the tensors of a remote actor message",
-                tensorBytes + std::min(length, std::numeric_limits<size_t>::max() - tensorBytes),
+                tensorBytes + std::min(stated, std::numeric_limits<size_t>::max() - tensorBytes),
                 self->options_.maxTensorBytes));
             return;
           }
-          tensorBytes += length;
+          tensorBytes += stated;
         }
         in.bytes = length + tensorBytes;
         if (Error over = self->hold(in.bytes)) {
