@@ -98,7 +98,7 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
                                                      dataflow::Channel<T> channel) {
   using dataflow::ReadResult;
   using dataflow::Status;
-  followLocalExitsOnly(self);
+  serveEveryNode(self);
   // A read parks here for its requester. One whose requester went (its
   // actor ended, its node was lost or left) must not take an item: the
   // answer would go nowhere and the item be lost to every other reader.
@@ -328,7 +328,7 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
       [local, owner = remote.owner(), onEnd](caf::event_based_actor* self) -> caf::behavior {
         // Its requests name it to the owner's node: a peer's LINK and DOWN
         // must not end it (the local channel would never close).
-        detail::followLocalExitsOnly(self);
+        detail::serveEveryNode(self);
         auto next = std::make_shared<std::function<void()>>();
         // The cycle through the closure (it holds itself) ends, and the
         // actor with it, before the user's onEnd runs: one that throws is

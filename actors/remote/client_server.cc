@@ -343,7 +343,7 @@ namespace {
 
 caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::ServerShared> shared) {
   self->set_down_handler([shared](caf::down_msg& down) { shared->left(down.source, down.reason); });
-  detail::followLocalExitsOnly(self);
+  detail::serveEveryNode(self);
   return {
       [self, shared](cs_hello_atom, caf::actor& agent) {
         // Before the promise, which takes the sender out of the message.

@@ -138,7 +138,7 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
   using dataflow::Job;
   using dataflow::ReadResult;
   self->state.queue = std::move(queue);
-  followLocalExitsOnly(self);
+  serveEveryNode(self);
   // A worker gone (its actor ended, or its node was lost or left): its
   // Worker goes, answering what it held with WorkerLost.
   self->set_down_handler([self](caf::down_msg& down) { forgetWorker<Q, A>(self, down.source); });

@@ -136,13 +136,21 @@ TEST_CASE("non-blocking operations, a close with items left, Tensors arrive as T
 // A channel's owner serves every node: a peer's actor that links to it and
 // fails must not end it (CAF's default exit handler would), nor may a
 // hand-made peer's LINK and DOWN.
-TEST_CASE("a peer's actor linked to a channel's owner fails: the channel serves on") {
+TEST_CASE("a peer's actor linked to the owner fails, or sends it an error: the channel serves on") {
   TestNode owner, client;
   Channel<int32_t> channel(4);
   REQUIRE(!actorpipe::remote::exportChannel(owner.node(), channel, "numbers"));
   auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
   REQUIRE(remote);
-  linkThenFail(client, remote->owner());
+  SUBCASE("linked, then failed") { linkThenFail(client, remote->owner()); }
+  SUBCASE("an error sent as a message") {
+    // As CAF answers a message an actor did not expect (a `send` where a
+    // `request` was meant); by CAF's default an actor sent an error that
+    // is not an answer ends with it. (An exit_msg sent as a message is
+    // refused by the link: remote_units_test.)
+    caf::scoped_actor self{client.system()};
+    self->send(caf::actor_cast<caf::actor>(remote->owner()), caf::make_error(caf::sec::unexpected_message));
+  }
   CHECK(outlives(client, remote->owner(), 1000ms));
   CHECK(remote->write(int32_t(3)) == Status::kOpen);
   auto read = remote->read();

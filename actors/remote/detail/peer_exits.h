@@ -6,16 +6,22 @@
 // with it, for every other node too (a hand-made peer needs only a LINK and
 // a DOWN). They follow exits from their own node only; a peer's end is
 // already handled where it matters (its parked requests, its workers).
+// An error sent to them as a message (not as an answer) ends them too by
+// CAF's default, and a peer's actor sends one by mistake easily: CAF
+// answers a message an actor did not expect, `send` rather than `request`
+// to one of their requests, with such an error. They ignore those; nothing
+// of theirs sends them errors that way.
 #include <caf/system_messages.hpp>
 #include <caf/scheduled_actor.hpp>
 
 namespace actorpipe::remote::detail {
 
-inline void followLocalExitsOnly(caf::scheduled_actor* self) {
+inline void serveEveryNode(caf::scheduled_actor* self) {
   self->set_exit_handler([self](caf::exit_msg& msg) {
     if (msg.source && msg.source.node() != self->node()) return;
     if (msg.reason) self->quit(std::move(msg.reason));  // CAF's default
   });
+  self->set_error_handler([](caf::error&) {});
 }
 
 } // namespace actorpipe::remote::detail
