@@ -433,6 +433,9 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
 }
 
 caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::ClientShared> shared) {
+  // Exported once it asks the server: any peer can address it, and its
+  // end would leave its Client waiting, untold.
+  detail::serveEveryNode(self);
   self->monitor(shared->server);
   self->set_down_handler([shared](caf::down_msg& down) {
     {

@@ -1,10 +1,11 @@
 #pragma once
 // The library's own published actors (a channel's owner, a workqueue's
-// owner, a client/server server) serve every node. A peer may link one of
-// its actors to them, as CAF allows, and that actor may then end with an
-// error, or its node be lost: CAF's default exit handler would end the owner
-// with it, for every other node too (a hand-made peer needs only a LINK and
-// a DOWN). They follow exits from their own node only; a peer's end is
+// owner, a client/server server) serve every node; importChannel's reader
+// and a client's agent can be addressed by any peer once exported. A peer
+// may link one of its actors to them, as CAF allows, and that actor may
+// then end with an error, or its node be lost: CAF's default exit handler
+// would end the owner with it, for every other node too (a hand-made peer
+// needs only a LINK and a DOWN). They follow exits from their own node only; a peer's end is
 // already handled where it matters (its parked requests, its workers).
 // An error sent to them as a message (not as an answer) ends them too by
 // CAF's default, and a peer's actor sends one by mistake easily: CAF
