@@ -5,8 +5,9 @@
 // may link one of its actors to them, as CAF allows, and that actor may
 // then end with an error, or its node be lost: CAF's default exit handler
 // would end the owner with it, for every other node too (a hand-made peer
-// needs only a LINK and a DOWN). They follow exits from their own node only; a peer's end is
-// already handled where it matters (its parked requests, its workers).
+// needs only a LINK and a DOWN). They follow exits from their own node
+// only; a peer's end is already handled where it matters (its parked
+// requests, its workers).
 // An error sent to them as a message (not as an answer) ends them too by
 // CAF's default, and a peer's actor sends one by mistake easily: CAF
 // answers a message an actor did not expect, `send` rather than `request`
