@@ -135,7 +135,8 @@ TEST_CASE("non-blocking operations, a close with items left, Tensors arrive as T
 
 // A channel's owner serves every node: a peer's actor that links to it and
 // fails must not end it (CAF's default exit handler would), nor may a
-// hand-made peer's LINK and DOWN.
+// hand-made peer's LINK and DOWN, nor an error sent to it as a message
+// (CAF's default error handler would).
 TEST_CASE("a peer's actor linked to the owner fails, or sends it an error: the channel serves on") {
   TestNode owner, client;
   Channel<int32_t> channel(4);
