@@ -8,7 +8,11 @@
 #include <caf/scheduled_actor.hpp>
 #include <caf/send.hpp>
 
+#include <actorpipe/runtime/detail/log.h>
+
+#include <cstdint>
 #include <deque>
+#include <string>
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorpipe::dataflow::detail::ContinuationPtr)
 
@@ -29,19 +33,69 @@ struct Trampoline {
 
 thread_local Trampoline* activeTrampoline = nullptr;
 
-caf::result<caf::message> runDelivery(caf::scheduled_actor* self,
-                                       caf::message_view& view) {
-  auto& content = view.content();
-  if (content.match_elements<resume_atom, ContinuationPtr>()) {
-    runInActor(self, content.get_as<ContinuationPtr>(1));
-    return caf::message{};
+// CAF keeps an actor's default handler protected and offers no getter; a
+// pointer to the member taken through a derived class reads it legally.
+struct DefaultHandlerOf : caf::scheduled_actor {
+  static default_handler caf::scheduled_actor::*member() {
+    return &DefaultHandlerOf::default_handler_;
   }
-  return caf::print_and_drop(self, view);
-}
+};
 
-void installDeliveryHandler(caf::scheduled_actor* self) {
-  self->set_default_handler(runDelivery);
-}
+using CafDefault = caf::result<caf::message> (*)(caf::scheduled_actor*, caf::message_view&);
+
+// Unexpected messages past this many are reported only at powers of two:
+// a peer that floods an actor gets a few lines out of it, not one each.
+constexpr uint64_t reportedInFull = 8;
+constexpr size_t shownChars = 160;
+
+// An actor's default handler once it reads or writes channels: it runs
+// posted continuations and hands everything else to the handler the actor
+// had before (its own, if it set one first). In place of CAF's
+// print_and_drop, which prints every message whole, it logs a bounded
+// report and answers as print_and_drop does.
+class Delivery {
+public:
+  explicit Delivery(caf::scheduled_actor::default_handler previous)
+    : previous_(std::move(previous)) {
+  }
+
+  caf::result<caf::message> operator()(caf::scheduled_actor* self, caf::message_view& view) {
+    auto& content = view.content();
+    if (content.match_elements<resume_atom, ContinuationPtr>()) {
+      runInActor(self, content.get_as<ContinuationPtr>(1));
+      return caf::message{};
+    }
+    if (previous_)
+      return previous_(self, view);
+    report(self, content);
+    return caf::sec::unexpected_message;
+  }
+
+private:
+  void report(caf::scheduled_actor* self, const caf::type_erased_tuple& content) {
+    ++unexpected_;
+    bool inFull = unexpected_ <= reportedInFull;
+    if (!inFull && (unexpected_ & (unexpected_ - 1)) != 0)
+      return;
+    ACTORPIPE_LOG(kWarn, "actor " << self->id() << " (" << self->name()
+                                  << "): unexpected message dropped: " << shown(content)
+                                  << (inFull ? "" : " (" + std::to_string(unexpected_) +
+                                                      " so far; only some are logged)"));
+  }
+
+  static std::string shown(const caf::type_erased_tuple& content) {
+    auto text = content.stringify();
+    if (text.size() > shownChars) {
+      auto whole = text.size();
+      text.resize(shownChars);
+      text += "... (" + std::to_string(whole) + " characters)";
+    }
+    return text;
+  }
+
+  caf::scheduled_actor::default_handler previous_;  // null: CAF's own, replaced
+  uint64_t unexpected_ = 0;
+};
 
 void postTo(const caf::strong_actor_ptr& target, ContinuationPtr work) {
   caf::anon_send(caf::actor_cast<caf::actor>(target), resume_atom::value,
@@ -49,6 +103,15 @@ void postTo(const caf::strong_actor_ptr& target, ContinuationPtr work) {
 }
 
 } // namespace
+
+void installDeliveryHandler(caf::scheduled_actor* self) {
+  auto& current = self->*DefaultHandlerOf::member();
+  if (current.target<Delivery>() != nullptr)
+    return;
+  auto* cafs = current.target<CafDefault>();
+  bool cafsOwn = cafs != nullptr && *cafs == &caf::print_and_drop;
+  current = Delivery(cafsOwn ? nullptr : std::move(current));
+}
 
 void runInActor(caf::scheduled_actor* self, ContinuationPtr work) {
   if (activeTrampoline != nullptr) {

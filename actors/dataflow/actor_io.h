@@ -15,9 +15,12 @@
 // to an actor that dies before seeing it goes back to the front of the
 // channel, so it still reaches exactly one reader.
 //
-// Delivery uses the actor's default handler (messages no behavior matched);
-// an actor that installs its own default handler after parking would drop
-// the deliveries, so leave it to this module.
+// Delivery uses the actor's default handler (messages no behavior matched).
+// The first read or write wraps the handler the actor has then: its own, if
+// it set one, still gets every other message. One it sets afterwards
+// replaces the wrapper and the deliveries with it, so set it first. In
+// place of CAF's print_and_drop, unexpected messages are logged (at warn)
+// in a bounded number of lines: the first 8, then the 16th, 32nd, ...
 
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/dataflow/workqueue.h>
@@ -44,6 +47,11 @@ public:
 };
 
 using ContinuationPtr = std::shared_ptr<ActorContinuation>;
+
+// Makes `self`'s default handler the one that runs posted work (above).
+// Idempotent. Also for actors that serve peers before they ever park, so
+// that a peer's unexpected messages are reported bounded from the start.
+void installDeliveryHandler(caf::scheduled_actor* self);
 
 // Runs `work` now if `self` is the actor currently running on this thread
 // and it has inline budget left, else posts it to the actor's mailbox.

@@ -1,6 +1,7 @@
 // Actors reading and writing channels without blocking scheduler threads.
 
 #include "test_system.h"
+#include "../support/harness.h"
 
 #include <actorpipe/actors/dataflow/actor_io.h>
 
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -224,4 +226,58 @@ TEST_CASE("actors: a parked write is refused when the channel closes") {
   CHECK(*status.item == static_cast<int>(Status::kClosed));
   CHECK(*full.read().item == 0);
   CHECK(full.read().status == Status::kDrained);
+}
+
+TEST_CASE("actors: a default handler set before the first read still gets the messages no behavior matches") {
+  TestSystem system(1);
+  Channel<int> input;
+  Channel<int> outcome;
+  auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler([](caf::scheduled_actor*, caf::message_view& view) -> caf::result<caf::message> {
+      if (view.content().match_elements<std::string>())
+        return caf::make_message(static_cast<int>(view.content().get_as<std::string>(0).size()));
+      return caf::sec::unexpected_message;
+    });
+    readThen(self, input, [=](ReadResult<int> read) {
+      outcome.write(read.item ? *read.item : -1);
+      self->quit();
+    });
+    return {[](double) {}};
+  });
+  caf::scoped_actor self{system.get()};
+  // The read parked, so the actor's handler is now the one that runs
+  // deliveries; before, that replaced the actor's own and this failed.
+  int answer = 0;
+  self->request(reader, 5s, std::string("four")).receive([&](int size) { answer = size; },
+                                                         [&](caf::error&) { answer = -1; });
+  CHECK(answer == 4);
+  input.write(7);
+  auto read = outcome.readFor(5s);
+  REQUIRE(read.item);
+  CHECK(*read.item == 7);
+}
+
+TEST_CASE("actors: unexpected messages are logged in a bounded number of lines") {
+  TestSystem system(1);
+  Channel<int> input;
+  auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    readThen(self, input, [](ReadResult<int>) {});
+    return {[](double) {}};
+  });
+  testing::LogLines warnings;
+  caf::scoped_actor self{system.get()};
+  self->send(reader, std::string(10000, 'x'));
+  for (int i = 2; i <= 1000; ++i)
+    self->send(reader, std::string("flood"));
+  // The 1001st, answered as CAF's print_and_drop answers; the reader's
+  // mailbox is in order, so the 1000 before it were handled by then.
+  caf::error refused;
+  self->request(reader, 5s, std::string("last")).receive([](const caf::message&) {},
+                                                         [&](caf::error& error) { refused = error; });
+  CHECK(refused == caf::sec::unexpected_message);
+  // The first 8, then the 16th, 32nd, ..., 512th: not a line each.
+  CHECK(warnings.count("unexpected message dropped") == 14);
+  CHECK(warnings.count("(10004 characters)") == 1);
+  CHECK(warnings.count("512 so far") == 1);
+  self->send_exit(reader, caf::exit_reason::user_shutdown);
 }

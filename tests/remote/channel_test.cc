@@ -160,6 +160,32 @@ TEST_CASE("a peer's actor linked to the owner fails, or sends it an error: the c
   CHECK(!remote->error());
 }
 
+TEST_CASE("a peer's unexpected messages to a channel's owner are logged in a bounded number of lines") {
+  TestNode owner, client;
+  Channel<int32_t> channel(4);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), channel, "numbers"));
+  auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
+  REQUIRE(remote);
+  testing::LogLines warnings;
+  // The owner has parked nothing yet: its guard is there from the start.
+  caf::scoped_actor self{client.system()};
+  auto target = caf::actor_cast<caf::actor>(remote->owner());
+  for (int i = 0; i < 2000; ++i)
+    self->send(target, std::string("flood"));
+  // One sender's messages arrive in order: by this answer, all were seen.
+  caf::error refused;
+  self->request(target, 10s, std::string("last")).receive([](const caf::message&) {},
+                                                          [&](caf::error& error) { refused = error; });
+  CHECK(refused == caf::sec::unexpected_message);
+  // 2001 messages: the first 8, then the 16th, 32nd, ..., 1024th.
+  CHECK(warnings.count("unexpected message dropped") == 15);
+  CHECK(warnings.count("1024 so far") == 1);
+  CHECK(remote->write(int32_t(3)) == Status::kOpen);
+  auto read = remote->read();
+  REQUIRE(read);
+  CHECK(*read.item == 3);
+}
+
 TEST_CASE("an actor reads a remote channel without blocking: it requests the owner") {
   TestNode owner, client;
   Channel<int32_t> numbers(8);

@@ -12,9 +12,13 @@
 // CAF's default, and a peer's actor sends one by mistake easily: CAF
 // answers a message an actor did not expect, `send` rather than `request`
 // to one of their requests, with such an error. They ignore those; nothing
-// of theirs sends them errors that way.
+// of theirs sends them errors that way. Messages they do not expect are
+// reported in a bounded number of log lines, not a line each
+// (installDeliveryHandler in actor_io.h).
 #include <caf/system_messages.hpp>
 #include <caf/scheduled_actor.hpp>
+
+#include <actorpipe/actors/dataflow/actor_io.h>
 
 namespace actorpipe::remote::detail {
 
@@ -24,6 +28,7 @@ inline void serveEveryNode(caf::scheduled_actor* self) {
     if (msg.reason) self->quit(std::move(msg.reason));  // CAF's default
   });
   self->set_error_handler([](caf::error&) {});
+  actorpipe::dataflow::detail::installDeliveryHandler(self);
 }
 
 } // namespace actorpipe::remote::detail
