@@ -32,6 +32,8 @@ struct Trampoline {
 };
 
 thread_local Trampoline* activeTrampoline = nullptr;
+// The actor whose Delivery runs on this thread, if any.
+thread_local caf::scheduled_actor* deliveringFor = nullptr;
 
 // CAF keeps an actor's default handler protected and offers no getter; a
 // pointer to the member taken through a derived class reads it legally.
@@ -60,6 +62,13 @@ public:
   }
 
   caf::result<caf::message> operator()(caf::scheduled_actor* self, caf::message_view& view) {
+    // While this runs, CAF holds it apart and the actor's handler is empty
+    // (scheduled_actor::call_handler); it is put back unless replaced.
+    struct Delivering {
+      explicit Delivering(caf::scheduled_actor* self) : outer(deliveringFor) { deliveringFor = self; }
+      ~Delivering() { deliveringFor = outer; }
+      caf::scheduled_actor* outer;
+    } delivering(self);
     auto& content = view.content();
     if (content.match_elements<resume_atom, ContinuationPtr>()) {
       runInActor(self, content.get_as<ContinuationPtr>(1));
@@ -106,7 +115,10 @@ void postTo(const caf::strong_actor_ptr& target, ContinuationPtr work) {
 
 void installDeliveryHandler(caf::scheduled_actor* self) {
   auto& current = self->*DefaultHandlerOf::member();
-  if (current.target<Delivery>() != nullptr)
+  // Parking again from inside a delivery (or the handler it wraps): the
+  // Delivery is held apart meanwhile and CAF puts it back if this leaves
+  // the handler empty; replacing it would lose the handler it wraps.
+  if (current.target<Delivery>() != nullptr || (!current && deliveringFor == self))
     return;
   auto* cafs = current.target<CafDefault>();
   bool cafsOwn = cafs != nullptr && *cafs == &caf::print_and_drop;

@@ -18,7 +18,9 @@
 // Delivery uses the actor's default handler (messages no behavior matched).
 // The first read or write wraps the handler the actor has then: its own, if
 // it set one, still gets every other message. One it sets afterwards
-// replaces the wrapper and the deliveries with it, so set it first. In
+// replaces the wrapper and the deliveries with it, so set it first (and do
+// not make the first read or write from inside it: CAF holds it apart
+// while it runs, out of the wrapper's reach). In
 // place of CAF's print_and_drop, unexpected messages are logged (at warn)
 // in a bounded number of lines: the first 8, then the 16th, 32nd, ...
 
@@ -143,11 +145,15 @@ template <class T>
 class ActorWriteWaiter final : public WriteWaiter<T> {
 public:
   ActorWriteWaiter(caf::scheduled_actor* self, std::vector<T> items,
-                   std::function<void(Status)> callback)
-    : actor_(self), items_(std::move(items)), callback_(std::move(callback)) {
+                   std::function<void(Status)> callback,
+                   std::shared_ptr<const std::atomic<bool>> wanted = nullptr)
+    : actor_(self), items_(std::move(items)), callback_(std::move(callback)),
+      wanted_(std::move(wanted)) {
   }
 
-  bool stillWaiting() const override { return actor_.alive(); }
+  bool stillWaiting() const override {
+    return actor_.alive() && (!wanted_ || wanted_->load(std::memory_order_acquire));
+  }
   std::vector<T>& pendingItems() override { return items_; }
 
   void resolve(Status status) override {
@@ -160,6 +166,7 @@ private:
   ActorResumer actor_;
   std::vector<T> items_;
   std::function<void(Status)> callback_;
+  std::shared_ptr<const std::atomic<bool>> wanted_;  // null: while the actor lives
 };
 
 // A question parked until a bounded workqueue has room. It is counted as
@@ -245,9 +252,11 @@ void readThen(caf::scheduled_actor* self, const Channel<T>& channel, F&& onRead,
 // Writes `item` for the actor `self`, parking while a bounded channel is
 // full; `onWritten(Status)` then runs in the actor's context with OPEN, or
 // CLOSED/DRAINED if the channel closed first (the item was not written).
+// `wanted` as readThen's: once it reads false a parked write is dropped,
+// item and all, as it is when its actor ends.
 template <class T, class U, class F>
 void writeThen(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
-                F&& onWritten) {
+                F&& onWritten, std::shared_ptr<const std::atomic<bool>> wanted = nullptr) {
   std::function<void(Status)> callback(std::forward<F>(onWritten));
   const auto& state = channel.state();
   T value(std::forward<U>(item));
@@ -262,7 +271,8 @@ void writeThen(caf::scheduled_actor* self, const Channel<T>& channel, U&& item,
   std::vector<T> pending;
   pending.push_back(std::move(value));
   auto waiter = std::make_shared<detail::ActorWriteWaiter<T>>(self, std::move(pending),
-                                                              std::move(callback));
+                                                              std::move(callback),
+                                                              std::move(wanted));
   if (auto raced = state->writeOrPark(waiter))
     detail::runInActor(self, std::make_shared<detail::WriteContinuation>(
                                  *raced, waiter->takeCallback()));

@@ -228,6 +228,23 @@ TEST_CASE("actors: a parked write is refused when the channel closes") {
   CHECK(full.read().status == Status::kDrained);
 }
 
+namespace {
+
+// Reads `input` into `outcome` until DRAINED, re-arming from inside each
+// delivery (so it parks again from inside the default handler).
+void copyUntilDrained(caf::event_based_actor* self, Channel<int> input, Channel<int> outcome) {
+  readThen(self, input, [=](ReadResult<int> read) {
+    if (!read.item) {
+      self->quit();
+      return;
+    }
+    outcome.write(*read.item);
+    copyUntilDrained(self, input, outcome);
+  });
+}
+
+} // namespace
+
 TEST_CASE("actors: a default handler set before the first read still gets the messages no behavior matches") {
   TestSystem system(1);
   Channel<int> input;
@@ -238,37 +255,44 @@ TEST_CASE("actors: a default handler set before the first read still gets the me
         return caf::make_message(static_cast<int>(view.content().get_as<std::string>(0).size()));
       return caf::sec::unexpected_message;
     });
-    readThen(self, input, [=](ReadResult<int> read) {
-      outcome.write(read.item ? *read.item : -1);
-      self->quit();
-    });
+    copyUntilDrained(self, input, outcome);
     return {[](double) {}};
   });
   caf::scoped_actor self{system.get()};
-  // The read parked, so the actor's handler is now the one that runs
-  // deliveries; before, that replaced the actor's own and this failed.
-  int answer = 0;
-  self->request(reader, 5s, std::string("four")).receive([&](int size) { answer = size; },
-                                                         [&](caf::error&) { answer = -1; });
-  CHECK(answer == 4);
-  input.write(7);
-  auto read = outcome.readFor(5s);
-  REQUIRE(read.item);
-  CHECK(*read.item == 7);
+  // Each read parks, the first from the actor's start and the others from
+  // inside a delivery; the actor's own handler still answers after each.
+  // Before, the first replaced it; then one from inside a delivery did.
+  for (int i = 1; i <= 3; ++i) {
+    int answer = 0;
+    self->request(reader, 5s, std::string(i, 'x')).receive([&](int size) { answer = size; },
+                                                           [&](caf::error&) { answer = -1; });
+    CHECK(answer == i);
+    input.write(i);
+    auto read = outcome.readFor(5s);
+    REQUIRE(read.item);
+    CHECK(*read.item == i);
+  }
+  input.close();
 }
 
 TEST_CASE("actors: unexpected messages are logged in a bounded number of lines") {
   TestSystem system(1);
   Channel<int> input;
+  Channel<int> outcome;
   auto reader = system.get().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    readThen(self, input, [](ReadResult<int>) {});
+    copyUntilDrained(self, input, outcome);
     return {[](double) {}};
   });
   testing::LogLines warnings;
   caf::scoped_actor self{system.get()};
   self->send(reader, std::string(10000, 'x'));
-  for (int i = 2; i <= 1000; ++i)
+  for (int i = 2; i <= 1000; ++i) {
     self->send(reader, std::string("flood"));
+    // Items between them: the reader parks again from inside a delivery,
+    // which must not start the count afresh.
+    if (i % 100 == 0)
+      input.write(i);
+  }
   // The 1001st, answered as CAF's print_and_drop answers; the reader's
   // mailbox is in order, so the 1000 before it were handled by then.
   caf::error refused;
@@ -279,5 +303,10 @@ TEST_CASE("actors: unexpected messages are logged in a bounded number of lines")
   CHECK(warnings.count("unexpected message dropped") == 14);
   CHECK(warnings.count("(10004 characters)") == 1);
   CHECK(warnings.count("512 so far") == 1);
-  self->send_exit(reader, caf::exit_reason::user_shutdown);
+  for (int i = 100; i <= 1000; i += 100) {
+    auto read = outcome.readFor(5s);
+    REQUIRE(read.item);
+    CHECK(*read.item == i);
+  }
+  input.close();
 }
