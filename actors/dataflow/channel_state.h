@@ -224,9 +224,18 @@ public:
       after.run();
       return now;
     }
-    forgetDeparted(parkedReaders_, waitingReaders_);
+    forgetDeparted(parkedReaders_, waitingReaders_, readersPruneAt_);
     parkedReaders_.push_back(std::move(waiter));
     return std::nullopt;
+  }
+
+  // Lets go at once of parked waiters that stopped waiting (their actor
+  // ended, or what they were wanted for went), for whoever bounds what is
+  // parked: a remote channel's owner. O(parked).
+  void forgetDepartedWaiters() {
+    std::unique_lock<std::mutex> room(room_);
+    removeDeparted(parkedReaders_, waitingReaders_);
+    removeDeparted(parkedWriters_, waitingWriters_);
   }
 
   // Writes the waiter's items if they fit now; otherwise keeps the waiter
@@ -240,7 +249,7 @@ public:
         out.emplace_back(std::move(item));
     });
     if (outcome == Status::kFull) {
-      forgetDeparted(parkedWriters_, waitingWriters_);
+      forgetDeparted(parkedWriters_, waitingWriters_, writersPruneAt_);
       parkedWriters_.push_back(std::move(waiter));
       return std::nullopt;
     }
@@ -518,10 +527,19 @@ private:
     }
   }
 
+  // Waiters that stopped waiting leave when they reach the front, or here:
+  // once the queue has doubled since the last walk, so that parking stays
+  // O(1) amortized however many wait (each walk is O(n)).
   template <class Waiters>
-  static void forgetDeparted(Waiters& waiters, std::atomic<int>& counter) {
-    if (waiters.size() < 16)
+  static void forgetDeparted(Waiters& waiters, std::atomic<int>& counter, std::size_t& pruneAt) {
+    if (waiters.size() < pruneAt)
       return;
+    removeDeparted(waiters, counter);
+    pruneAt = std::max<std::size_t>(16, 2 * waiters.size());
+  }
+
+  template <class Waiters>
+  static void removeDeparted(Waiters& waiters, std::atomic<int>& counter) {
     auto before = waiters.size();
     waiters.erase(std::remove_if(waiters.begin(), waiters.end(),
                                  [](auto& w) { return !w->stillWaiting(); }),
@@ -573,6 +591,8 @@ private:
   std::size_t sleepingBatchWriters_ = 0;
   std::deque<std::shared_ptr<ReadWaiter<T>>> parkedReaders_;
   std::deque<std::shared_ptr<WriteWaiter<T>>> parkedWriters_;
+  std::size_t readersPruneAt_ = 16;
+  std::size_t writersPruneAt_ = 16;
   std::vector<std::shared_ptr<Signal>> watchers_;
 };
 

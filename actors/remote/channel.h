@@ -18,7 +18,10 @@
 // full one parks there without holding a thread, and the remote caller
 // waits for the answer, so a full channel holds its remote writers back
 // exactly as it holds local ones. Items are handed over once: an item is
-// taken from the channel only for a read that asked for it.
+// taken from the channel only for a read that asked for it. One node parks
+// at most NodeOptions::maxParkedPerPeer reads and writes at an owner; past
+// that one that would wait is refused with kTooManyRequests, which
+// RemoteChannel and importChannel take as "ask again in a while".
 //
 // Cascading close across nodes is what a stage does on its own node: it
 // reads until DRAINED, then closes what it writes to, wherever that lives.
@@ -90,59 +93,138 @@ namespace detail {
 // Published names of channels live apart from actors' names.
 inline std::string channelName(const std::string& name) { return "channel:" + name; }
 
+// importChannel's reader asks the owner again.
+using import_retry_atom = caf::atom_constant<caf::atom("chimretry")>;
+
 // How many requesters a channel's owner watches at once (channelOwner).
 constexpr size_t kMaxWatchedReaders = 4096;
 
+// What a channel's owner holds for one peer node: its requests parked
+// there (NodeOptions::maxParkedPerPeer). A token per parked request, kept
+// in its callback, so the count drops when the callback goes, run or
+// dropped, on whatever thread the channel lets go of it.
+class ParkedCount {
+ public:
+  using Token = std::shared_ptr<void>;
+  // A token while fewer than `limit` are parked, else null.
+  Token take(size_t limit) {
+    if (count_->load(std::memory_order_relaxed) >= limit) return nullptr;
+    count_->fetch_add(1, std::memory_order_relaxed);
+    // Not null (a null one would read as none): it points at the count.
+    auto count = count_;
+    return Token(count.get(), [count](void*) { count->fetch_sub(1, std::memory_order_relaxed); });
+  }
+  size_t count() const { return count_->load(std::memory_order_relaxed); }
+
+ private:
+  std::shared_ptr<std::atomic<size_t>> count_ = std::make_shared<std::atomic<size_t>>(0);
+};
+
 template <class T>
 typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::pointer self,
-                                                     dataflow::Channel<T> channel) {
+                                                     dataflow::Channel<T> channel,
+                                                     size_t maxParkedPerPeer) {
   using dataflow::ReadResult;
   using dataflow::Status;
   serveEveryNode(self);
-  // A read parks here for its requester. One whose requester went (its
-  // actor ended, its node was lost or left) must not take an item: the
-  // answer would go nowhere and the item be lost to every other reader.
-  // So each requester is watched once and its parked reads carry a flag
+  // A read or write parks here for its requester. One whose requester went
+  // (its actor ended, its node was lost or left) must not take an item:
+  // the answer would go nowhere and the item be lost to every other
+  // reader; nor hold one, or its node's share of what may park here. So
+  // each requester is watched once and its parked requests carry a flag
   // that its DOWN clears. Bounded: past kMaxWatchedReaders requesters a
-  // read parks unwatched (as it did before).
+  // request parks unwatched, until it is served.
   using Wanted = std::shared_ptr<std::atomic<bool>>;
-  auto readers = std::make_shared<std::map<caf::actor_addr, Wanted>>();
-  self->set_down_handler([readers](caf::down_msg& down) {
-    auto it = readers->find(down.source);
-    if (it == readers->end()) return;
+  struct Watch {
+    std::map<caf::actor_addr, Wanted> requesters;
+    std::map<caf::node_id, ParkedCount> parked;  // per node, nodes with some
+    bool departed = false;  // a flag cleared since the channel last let go
+  };
+  auto watch = std::make_shared<Watch>();
+  self->set_down_handler([watch](caf::down_msg& down) {
+    auto it = watch->requesters.find(down.source);
+    if (it == watch->requesters.end()) return;
     it->second->store(false, std::memory_order_release);
-    readers->erase(it);
+    watch->requesters.erase(it);
+    watch->departed = true;
   });
+  auto wantedBy = [self, watch](const caf::strong_actor_ptr& sender) -> Wanted {
+    auto& requesters = watch->requesters;
+    auto addr = caf::actor_cast<caf::actor_addr>(sender);
+    auto it = requesters.find(addr);
+    if (it != requesters.end()) return it->second;
+    if (requesters.size() >= kMaxWatchedReaders) {
+      // A requester whose handle is gone here has nothing parked (a parked
+      // request's promise holds it): forget those first.
+      for (auto i = requesters.begin(); i != requesters.end();) {
+        i = caf::actor_cast<caf::strong_actor_ptr>(i->first) ? std::next(i) : requesters.erase(i);
+      }
+      if (requesters.size() >= kMaxWatchedReaders) return nullptr;
+    }
+    auto wanted = std::make_shared<std::atomic<bool>>(true);
+    requesters.emplace(addr, wanted);
+    self->monitor(sender);
+    return wanted;
+  };
+  // A token for a request of `sender`'s node that may park, or null: the
+  // node has maxParkedPerPeer parked already.
+  auto parkFor = [watch, channel, maxParkedPerPeer](const caf::strong_actor_ptr& sender) {
+    auto& parked = watch->parked;
+    // Entries of nodes with nothing parked go before the map outgrows the
+    // nodes linked to this one.
+    if (parked.size() >= 256) {
+      for (auto it = parked.begin(); it != parked.end();) {
+        it = it->second.count() == 0 ? parked.erase(it) : std::next(it);
+      }
+    }
+    auto& count = parked[sender->node()];
+    auto token = count.take(maxParkedPerPeer);
+    if (!token && watch->departed) {
+      // Parked requests of requesters that went hold their share until
+      // the channel walks past them; let them go now (O(parked), so only
+      // once a DOWN has cleared a flag since the last time).
+      watch->departed = false;
+      channel.state()->forgetDepartedWaiters();
+      token = count.take(maxParkedPerPeer);
+    }
+    return token;
+  };
+  auto tooMany = [maxParkedPerPeer] {
+    return makeError(RemoteError::kTooManyRequests,
+                     "this node has " + std::to_string(maxParkedPerPeer) +
+                         " requests waiting at the channel's owner already (maxParkedPerPeer)");
+  };
+  auto anonymous = [] {
+    return caf::make_error(caf::sec::invalid_argument,
+                           "a channel's read or write that may wait needs a sender to answer");
+  };
   return {
       [=](channel_read_atom) {
         // Before the promise, which takes the sender out of the message.
         auto sender = self->current_sender();
         auto promise = self->template make_response_promise<uint8_t, T>();
-        Wanted wanted;
-        if (sender) {
-          auto addr = caf::actor_cast<caf::actor_addr>(sender);
-          auto it = readers->find(addr);
-          if (it == readers->end() && readers->size() >= kMaxWatchedReaders) {
-            // A requester whose handle is gone here has no read parked (a
-            // parked read's promise holds it): forget those first.
-            for (auto i = readers->begin(); i != readers->end();) {
-              i = caf::actor_cast<caf::strong_actor_ptr>(i->first) ? std::next(i) : readers->erase(i);
-            }
+        // An anonymous read would take an item for nobody.
+        if (!sender) {
+          promise.deliver(anonymous());
+          return promise;
+        }
+        auto token = parkFor(sender);
+        if (!token) {
+          // Still served if it need not wait.
+          auto read = channel.tryRead();
+          if (read.status == Status::kEmpty) {
+            promise.deliver(tooMany());
+            return promise;
           }
-          if (it != readers->end()) {
-            wanted = it->second;
-          } else if (readers->size() < kMaxWatchedReaders) {
-            wanted = std::make_shared<std::atomic<bool>>(true);
-            readers->emplace(addr, wanted);
-            self->monitor(sender);
-          }
+          promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
+          return promise;
         }
         dataflow::readThen(
             self, channel,
-            [promise](ReadResult<T> read) mutable {
+            [promise, token](ReadResult<T> read) mutable {
               promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
             },
-            std::move(wanted));
+            wantedBy(sender));
         return promise;
       },
       [=](channel_try_read_atom) -> caf::result<uint8_t, T> {
@@ -150,10 +232,26 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
         return {static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T()};
       },
       [=](channel_write_atom, T& item) {
+        auto sender = self->current_sender();
         auto promise = self->template make_response_promise<uint8_t>();
-        dataflow::writeThen(self, channel, std::move(item), [promise](Status status) mutable {
-          promise.deliver(static_cast<uint8_t>(status));
-        });
+        if (!sender) {
+          promise.deliver(anonymous());
+          return promise;
+        }
+        auto token = parkFor(sender);
+        if (!token) {
+          auto written = channel.tryWrite(std::move(item));
+          if (written == Status::kFull) {
+            promise.deliver(tooMany());
+            return promise;
+          }
+          promise.deliver(static_cast<uint8_t>(written));
+          return promise;
+        }
+        dataflow::writeThen(
+            self, channel, std::move(item),
+            [promise, token](Status status) mutable { promise.deliver(static_cast<uint8_t>(status)); },
+            wantedBy(sender));
         return promise;
       },
       [=](channel_try_write_atom, T& item) {
@@ -174,7 +272,7 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
 // unexportChannel or the node's end.
 template <class T>
 Error exportChannel(Node& node, const dataflow::Channel<T>& channel, const std::string& name) {
-  auto owner = node.system().spawn(detail::channelOwner<T>, channel);
+  auto owner = node.system().spawn(detail::channelOwner<T>, channel, node.options().maxParkedPerPeer);
   // Its handlers never block (a full or empty channel parks the request):
   // it runs where its peers' requests are read (Node::runOnLoop).
   node.runOnLoop(owner);
@@ -269,21 +367,52 @@ class RemoteChannel {
     return static_cast<bool>(state_->error);
   }
 
+  // The owner refused to park one more request of this node
+  // (maxParkedPerPeer): others of this node wait there already. The call
+  // still blocks, as a local one does; it asks again after a while.
+  static bool busy(const caf::error& error, std::chrono::milliseconds& backoff) {
+    if (!isError(error, RemoteError::kTooManyRequests)) return false;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+    return true;
+  }
+
   template <class... Ts>
   dataflow::Status askStatus(dataflow::Status ifGone, Ts&&... xs) const {
     if (gone()) return ifGone;
     dataflow::Status result = ifGone;
-    actor()->request(owner_, caf::infinite, std::forward<Ts>(xs)...)
-        .receive(
-            [&](uint8_t status) {
-              if (valid(status)) result = static_cast<dataflow::Status>(status);
-            },
-            [&](caf::error& error) { fail(std::move(error)); });
-    return result;
+    // Built once and shared by the attempts (an item is not copied for
+    // each); the callers above pass ChannelActor's types.
+    auto message = caf::make_message(std::forward<Ts>(xs)...);
+    for (auto backoff = std::chrono::milliseconds(1);;) {
+      caf::error refused;
+      actor()->request(caf::actor_cast<caf::actor>(owner_), caf::infinite, message)
+          .receive(
+              [&](uint8_t status) {
+                if (valid(status)) result = static_cast<dataflow::Status>(status);
+              },
+              [&](caf::error& error) { refused = std::move(error); });
+      if (!refused || !busy(refused, backoff)) {
+        if (refused) fail(std::move(refused));
+        return result;
+      }
+    }
   }
 
   template <class Atom>
   dataflow::ReadResult<T> askItem(Atom atom) const {
+    for (auto backoff = std::chrono::milliseconds(1);;) {
+      caf::error refused;
+      auto result = askItemOnce(atom, refused);
+      if (!refused || !busy(refused, backoff)) {
+        if (refused) fail(std::move(refused));
+        return result;
+      }
+    }
+  }
+
+  template <class Atom>
+  dataflow::ReadResult<T> askItemOnce(Atom atom, caf::error& refused) const {
     using dataflow::Status;
     dataflow::ReadResult<T> result(Status::kDrained);
     if (gone()) return result;
@@ -299,7 +428,7 @@ class RemoteChannel {
                 result = dataflow::ReadResult<T>(s);
               }
             },
-            [&](caf::error& error) { fail(std::move(error)); });
+            [&](caf::error& error) { refused = std::move(error); });
     return result;
   }
 
@@ -330,6 +459,7 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
         // must not end it (the local channel would never close).
         detail::serveEveryNode(self);
         auto next = std::make_shared<std::function<void()>>();
+        auto retrying = std::make_shared<bool>(false);
         // The cycle through the closure (it holds itself) ends, and the
         // actor with it, before the user's onEnd runs: one that throws is
         // logged (callUser) and leaks nothing.
@@ -339,7 +469,7 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
           self->quit();
           if (onEnd) actorpipe::detail::callUser("an importChannel's onEnd", onEnd, std::move(error));
         };
-        *next = [self, local, owner, next, finish]() mutable {
+        *next = [self, local, owner, next, retrying, finish]() mutable {
           self->request(owner, caf::infinite, channel_read_atom::value)
               .then(
                   [self, local, next, finish](uint8_t status, T& item) mutable {
@@ -357,12 +487,28 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
                                           else finish(caf::error());  // closed here
                                         });
                   },
-                  [finish](caf::error& error) mutable { finish(std::move(error)); });
+                  [self, retrying, finish](caf::error& error) mutable {
+                    // Other readers of this node wait at the owner already
+                    // (maxParkedPerPeer): ask again in a while.
+                    if (isError(error, RemoteError::kTooManyRequests)) {
+                      *retrying = true;
+                      self->delayed_send(self, std::chrono::milliseconds(20),
+                                         detail::import_retry_atom::value);
+                      return;
+                    }
+                    finish(std::move(error));
+                  });
         };
         (*next)();
-        // Nothing to handle but its own requests' answers; it ends with
-        // finish().
-        return {[](caf::unit_t) {}};
+        // Nothing to handle but its own requests' answers and its retries;
+        // it ends with finish().
+        // Only when a retry is due: a peer can send it this atom too, and
+        // a second read in flight would break the order and the bound.
+        return {[next, retrying](detail::import_retry_atom) {
+          if (!*retrying || !*next) return;
+          *retrying = false;
+          (*next)();
+        }};
       });
   return local;
 }

@@ -76,6 +76,8 @@ Node::Node(caf::actor_system& system, NodeOptions options)
 
 Node::~Node() { leave(); }
 
+const NodeOptions& Node::options() const { return core_->options(); }
+
 const std::string& Node::id() const { return core_->identity(); }
 
 std::string Node::url(const std::string& transport) const { return core_->url(transport); }

@@ -115,6 +115,15 @@ struct NodeOptions {
   // nothing (while it beats) would otherwise have them pile up for ever.
   // Those of requesters that have ended are forgotten first.
   size_t maxPendingRequests{size_t{1} << 16};
+  // Requests of one peer node waiting at each channel this node exports (a
+  // read of an empty channel, a write to a full one): each holds its
+  // answer's promise here, a write its item, and a peer's message is done
+  // with once parked, so the window does not bound them. Past this a read
+  // or write fails at once with kTooManyRequests (RemoteChannel and
+  // importChannel wait and ask again); those of requesters that ended, or
+  // whose node left, are let go first. An honest node reaches it only with
+  // that many readers and writers blocked on one channel at once.
+  size_t maxParkedPerPeer{1024};
   // Links a peer's actors may hold to this node's actors at once (LINK:
   // each an attachable here and a proxy held). Past this its link is cut.
   size_t maxPeerLinks{size_t{1} << 16};
@@ -150,7 +159,8 @@ enum class RemoteError : uint8_t {
   kBadInterface = 6, // the published actor's interface is not the handle's
   kWindowFull = 7,   // trySend: the window to the actor's node is full
   kClosed = 8,       // a client or server closed (client_server.h)
-  kTooManyRequests = 9,  // maxPendingRequests to that node await answers
+  kTooManyRequests = 9,  // maxPendingRequests to that node await answers, or
+                         // maxParkedPerPeer wait at a channel's owner
 };
 caf::error makeError(RemoteError code, std::string text);
 // Whether `error` is this layer's `code`.
@@ -205,6 +215,7 @@ class Node {
   Node& operator=(const Node&) = delete;
 
   caf::actor_system& system() const { return system_; }
+  const NodeOptions& options() const;
   // This node's identity (boot id, network namespace, pid and a nonce): two
   // containers with the same host name are still two nodes.
   const std::string& id() const;
