@@ -65,6 +65,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/parked.h>
 #include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 #include <actorpipe/runtime/detail/call_user.h>
@@ -96,107 +97,109 @@ inline std::string channelName(const std::string& name) { return "channel:" + na
 // importChannel's reader asks the owner again.
 using import_retry_atom = caf::atom_constant<caf::atom("chimretry")>;
 
-// How many requesters a channel's owner watches at once (channelOwner).
-constexpr size_t kMaxWatchedReaders = 4096;
-
-// What a channel's owner holds for one peer node: its requests parked
-// there (NodeOptions::maxParkedPerPeer). A token per parked request, kept
-// in its callback, so the count drops when the callback goes, run or
-// dropped, on whatever thread the channel lets go of it.
-class ParkedCount {
+// The requesters whose requests wait at an owner, each watched (monitored)
+// once: its DOWN clears the flag its parked requests carry, so they are
+// dropped unserved, and says the owner's ParkedBook may let them go.
+// Keyed by the requester's handle here, not its address: CAF's addresses
+// compare by id and node, and a peer's actor may come in another proxy
+// once its last one is gone (which sends no DOWN). An entry with nothing
+// parked goes at the next sweep, so there are never many more entries than
+// parked requests. The owner actor's; the counts are dropped by tokens on
+// any thread.
+class Requesters {
  public:
-  using Token = std::shared_ptr<void>;
-  // A token while fewer than `limit` are parked, else null.
-  Token take(size_t limit) {
-    if (count_->load(std::memory_order_relaxed) >= limit) return nullptr;
-    count_->fetch_add(1, std::memory_order_relaxed);
-    // Not null (a null one would read as none): it points at the count.
-    auto count = count_;
-    return Token(count.get(), [count](void*) { count->fetch_sub(1, std::memory_order_relaxed); });
+  using Wanted = std::shared_ptr<std::atomic<bool>>;
+
+  // The flag for `sender`'s requests and a token to keep with one that
+  // parks (its entry stays while it holds one).
+  template <class Self>
+  std::pair<Wanted, ParkedBook::Token> watch(Self* self, const caf::strong_actor_ptr& sender) {
+    auto it = entries_.find(sender.get());
+    if (it == entries_.end()) {
+      if (entries_.size() >= sweepAt_) sweep(self);
+      Entry entry{caf::weak_actor_ptr(sender.get()), std::make_shared<std::atomic<bool>>(true),
+                  std::make_shared<std::atomic<size_t>>(0)};
+      it = entries_.emplace(sender.get(), std::move(entry)).first;
+      self->monitor(sender);
+    }
+    auto parked = it->second.parked;
+    parked->fetch_add(1, std::memory_order_relaxed);
+    return {it->second.wanted,
+            ParkedBook::Token(parked.get(), [parked](void*) { parked->fetch_sub(1, std::memory_order_relaxed); })};
   }
-  size_t count() const { return count_->load(std::memory_order_relaxed); }
+
+  // Its DOWN: true if it was watched.
+  bool gone(const caf::actor_addr& who) {
+    auto it = entries_.find(who.get());
+    if (it == entries_.end()) return false;
+    it->second.wanted->store(false, std::memory_order_release);
+    entries_.erase(it);
+    return true;
+  }
 
  private:
-  std::shared_ptr<std::atomic<size_t>> count_ = std::make_shared<std::atomic<size_t>>(0);
+  struct Entry {
+    caf::weak_actor_ptr who;  // keeps the key's memory from being reused
+    Wanted wanted;
+    std::shared_ptr<std::atomic<size_t>> parked;
+  };
+
+  template <class Self>
+  void sweep(Self* self) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->second.parked->load(std::memory_order_relaxed) != 0) {
+        ++it;
+        continue;
+      }
+      if (auto who = it->second.who.lock()) self->demonitor(caf::actor_cast<caf::actor_addr>(who));
+      it = entries_.erase(it);
+    }
+    sweepAt_ = std::max<size_t>(64, 2 * entries_.size());
+  }
+
+  std::map<caf::actor_control_block*, Entry> entries_;
+  size_t sweepAt_ = 64;
 };
 
 template <class T>
 typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::pointer self,
                                                      dataflow::Channel<T> channel,
-                                                     size_t maxParkedPerPeer) {
+                                                     const NodeOptions& options) {
   using dataflow::ReadResult;
   using dataflow::Status;
   serveEveryNode(self);
-  // A read or write parks here for its requester. One whose requester went
-  // (its actor ended, its node was lost or left) must not take an item:
-  // the answer would go nowhere and the item be lost to every other
-  // reader; nor hold one, or its node's share of what may park here. So
-  // each requester is watched once and its parked requests carry a flag
-  // that its DOWN clears. Bounded: past kMaxWatchedReaders requesters a
-  // request parks unwatched, until it is served.
-  using Wanted = std::shared_ptr<std::atomic<bool>>;
-  struct Watch {
-    std::map<caf::actor_addr, Wanted> requesters;
-    std::map<caf::node_id, ParkedCount> parked;  // per node, nodes with some
-    bool departed = false;  // a flag cleared since the channel last let go
+  // A read or write that must wait parks here for its requester, which is
+  // watched (Requesters): one whose requester went (its actor ended, its
+  // node was lost or left) must not take an item, since the answer would
+  // go nowhere and the item be lost to every other reader; nor hold one,
+  // or its node's share of what may park here (ParkedBook).
+  struct Book {
+    Requesters requesters;
+    ParkedBook parked;
   };
-  auto watch = std::make_shared<Watch>();
-  self->set_down_handler([watch](caf::down_msg& down) {
-    auto it = watch->requesters.find(down.source);
-    if (it == watch->requesters.end()) return;
-    it->second->store(false, std::memory_order_release);
-    watch->requesters.erase(it);
-    watch->departed = true;
+  auto book = std::make_shared<Book>(
+      Book{Requesters(), ParkedBook(options.maxParkedPerPeer, options.maxParkedBytesPerPeer)});
+  self->set_down_handler([book](caf::down_msg& down) {
+    if (book->requesters.gone(down.source)) book->parked.departed();
   });
-  auto wantedBy = [self, watch](const caf::strong_actor_ptr& sender) -> Wanted {
-    auto& requesters = watch->requesters;
-    auto addr = caf::actor_cast<caf::actor_addr>(sender);
-    auto it = requesters.find(addr);
-    if (it != requesters.end()) return it->second;
-    if (requesters.size() >= kMaxWatchedReaders) {
-      // A requester whose handle is gone here has nothing parked (a parked
-      // request's promise holds it): forget those first.
-      for (auto i = requesters.begin(); i != requesters.end();) {
-        i = caf::actor_cast<caf::strong_actor_ptr>(i->first) ? std::next(i) : requesters.erase(i);
-      }
-      if (requesters.size() >= kMaxWatchedReaders) return nullptr;
-    }
-    auto wanted = std::make_shared<std::atomic<bool>>(true);
-    requesters.emplace(addr, wanted);
-    self->monitor(sender);
-    return wanted;
+  // The flag and tokens for one of `sender`'s requests that must wait
+  // (holding `bytes`), or a null flag: its node has its share parked.
+  auto park = [self, book, channel](const caf::strong_actor_ptr& sender, size_t bytes)
+      -> std::pair<Requesters::Wanted, std::vector<ParkedBook::Token>> {
+    auto share = book->parked.take(sender->node(), bytes,
+                                   [&] { channel.state()->forgetDepartedWaiters(); });
+    if (!share) return {};
+    auto [wanted, entry] = book->requesters.watch(self, sender);
+    return {std::move(wanted), {std::move(share), std::move(entry)}};
   };
-  // A token for a request of `sender`'s node that may park, or null: the
-  // node has maxParkedPerPeer parked already.
-  auto parkFor = [watch, channel, maxParkedPerPeer](const caf::strong_actor_ptr& sender) {
-    auto& parked = watch->parked;
-    // Entries of nodes with nothing parked go before the map outgrows the
-    // nodes linked to this one.
-    if (parked.size() >= 256) {
-      for (auto it = parked.begin(); it != parked.end();) {
-        it = it->second.count() == 0 ? parked.erase(it) : std::next(it);
-      }
-    }
-    auto& count = parked[sender->node()];
-    auto token = count.take(maxParkedPerPeer);
-    if (!token && watch->departed) {
-      // Parked requests of requesters that went hold their share until
-      // the channel walks past them; let them go now (O(parked), so only
-      // once a DOWN has cleared a flag since the last time).
-      watch->departed = false;
-      channel.state()->forgetDepartedWaiters();
-      token = count.take(maxParkedPerPeer);
-    }
-    return token;
-  };
-  auto tooMany = [maxParkedPerPeer] {
+  auto tooMany = [perNode = options.maxParkedPerPeer] {
     return makeError(RemoteError::kTooManyRequests,
-                     "this node has " + std::to_string(maxParkedPerPeer) +
-                         " requests waiting at the channel's owner already (maxParkedPerPeer)");
+                     "this node has its share of requests (maxParkedPerPeer " + std::to_string(perNode) +
+                         ", or maxParkedBytesPerPeer) waiting at the channel's owner already");
   };
   auto anonymous = [] {
     return caf::make_error(caf::sec::invalid_argument,
-                           "a channel's read or write that may wait needs a sender to answer");
+                           "a channel's read, or a write that must wait, needs a sender to answer");
   };
   return {
       [=](channel_read_atom) {
@@ -208,23 +211,22 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
           promise.deliver(anonymous());
           return promise;
         }
-        auto token = parkFor(sender);
-        if (!token) {
-          // Still served if it need not wait.
-          auto read = channel.tryRead();
-          if (read.status == Status::kEmpty) {
+        auto now = channel.tryRead();
+        if (now.status == Status::kEmpty) {
+          auto [wanted, tokens] = park(sender, 0);
+          if (!wanted) {
             promise.deliver(tooMany());
             return promise;
           }
-          promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
+          dataflow::readThen(
+              self, channel,
+              [promise, tokens = std::move(tokens)](ReadResult<T> read) mutable {
+                promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
+              },
+              std::move(wanted));
           return promise;
         }
-        dataflow::readThen(
-            self, channel,
-            [promise, token](ReadResult<T> read) mutable {
-              promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
-            },
-            wantedBy(sender));
+        promise.deliver(static_cast<uint8_t>(now.status), now.item ? std::move(*now.item) : T());
         return promise;
       },
       [=](channel_try_read_atom) -> caf::result<uint8_t, T> {
@@ -233,25 +235,29 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
       },
       [=](channel_write_atom, T& item) {
         auto sender = self->current_sender();
+        auto bytes = peerMessageBytes(self->current_mailbox_element());
         auto promise = self->template make_response_promise<uint8_t>();
+        // A refused write leaves the item as it was.
+        auto now = channel.tryWrite(std::move(item));
+        if (now != Status::kFull) {
+          promise.deliver(static_cast<uint8_t>(now));
+          return promise;
+        }
         if (!sender) {
           promise.deliver(anonymous());
           return promise;
         }
-        auto token = parkFor(sender);
-        if (!token) {
-          auto written = channel.tryWrite(std::move(item));
-          if (written == Status::kFull) {
-            promise.deliver(tooMany());
-            return promise;
-          }
-          promise.deliver(static_cast<uint8_t>(written));
+        auto [wanted, tokens] = park(sender, bytes);
+        if (!wanted) {
+          promise.deliver(tooMany());
           return promise;
         }
         dataflow::writeThen(
             self, channel, std::move(item),
-            [promise, token](Status status) mutable { promise.deliver(static_cast<uint8_t>(status)); },
-            wantedBy(sender));
+            [promise, tokens = std::move(tokens)](Status status) mutable {
+              promise.deliver(static_cast<uint8_t>(status));
+            },
+            std::move(wanted));
         return promise;
       },
       [=](channel_try_write_atom, T& item) {
@@ -272,7 +278,7 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
 // unexportChannel or the node's end.
 template <class T>
 Error exportChannel(Node& node, const dataflow::Channel<T>& channel, const std::string& name) {
-  auto owner = node.system().spawn(detail::channelOwner<T>, channel, node.options().maxParkedPerPeer);
+  auto owner = node.system().spawn(detail::channelOwner<T>, channel, node.options());
   // Its handlers never block (a full or empty channel parks the request):
   // it runs where its peers' requests are read (Node::runOnLoop).
   node.runOnLoop(owner);
@@ -367,22 +373,12 @@ class RemoteChannel {
     return static_cast<bool>(state_->error);
   }
 
-  // The owner refused to park one more request of this node
-  // (maxParkedPerPeer): others of this node wait there already. The call
-  // still blocks, as a local one does; it asks again after a while.
-  static bool busy(const caf::error& error, std::chrono::milliseconds& backoff) {
-    if (!isError(error, RemoteError::kTooManyRequests)) return false;
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
-    return true;
-  }
-
   template <class... Ts>
   dataflow::Status askStatus(dataflow::Status ifGone, Ts&&... xs) const {
     if (gone()) return ifGone;
     dataflow::Status result = ifGone;
-    // Built once and shared by the attempts (an item is not copied for
-    // each); the callers above pass ChannelActor's types.
+    // Built once and shared by the attempts (sent again, not copied again,
+    // to a remote owner); the callers above pass ChannelActor's types.
     auto message = caf::make_message(std::forward<Ts>(xs)...);
     for (auto backoff = std::chrono::milliseconds(1);;) {
       caf::error refused;
@@ -392,7 +388,7 @@ class RemoteChannel {
                 if (valid(status)) result = static_cast<dataflow::Status>(status);
               },
               [&](caf::error& error) { refused = std::move(error); });
-      if (!refused || !busy(refused, backoff)) {
+      if (!refused || !detail::waitIfBusy(refused, backoff)) {
         if (refused) fail(std::move(refused));
         return result;
       }
@@ -404,7 +400,7 @@ class RemoteChannel {
     for (auto backoff = std::chrono::milliseconds(1);;) {
       caf::error refused;
       auto result = askItemOnce(atom, refused);
-      if (!refused || !busy(refused, backoff)) {
+      if (!refused || !detail::waitIfBusy(refused, backoff)) {
         if (refused) fail(std::move(refused));
         return result;
       }
@@ -504,9 +500,11 @@ dataflow::Channel<T> importChannel(Node& node, const RemoteChannel<T>& remote, s
         // it ends with finish().
         // Only when a retry is due: a peer can send it this atom too, and
         // a second read in flight would break the order and the bound.
-        return {[next, retrying](detail::import_retry_atom) {
+        return {[next, retrying, local, finish](detail::import_retry_atom) mutable {
           if (!*retrying || !*next) return;
           *retrying = false;
+          // Closed here meanwhile: an item taken now would be dropped.
+          if (local.status() != Status::kOpen) return finish(caf::error());
           (*next)();
         }};
       });

@@ -115,15 +115,21 @@ struct NodeOptions {
   // nothing (while it beats) would otherwise have them pile up for ever.
   // Those of requesters that have ended are forgotten first.
   size_t maxPendingRequests{size_t{1} << 16};
-  // Requests of one peer node waiting at each channel this node exports (a
-  // read of an empty channel, a write to a full one): each holds its
-  // answer's promise here, a write its item, and a peer's message is done
-  // with once parked, so the window does not bound them. Past this a read
-  // or write fails at once with kTooManyRequests (RemoteChannel and
-  // importChannel wait and ask again); those of requesters that ended, or
-  // whose node left, are let go first. An honest node reaches it only with
-  // that many readers and writers blocked on one channel at once.
+  // Requests of one peer node waiting at each channel and workqueue this
+  // node exports (a read of an empty channel, a write to a full one, a
+  // worker's read while no job waits): each holds its answer's promise
+  // here, a write its item, and a peer's message is done with once parked,
+  // so the window does not bound them. Past this one fails at once with
+  // kTooManyRequests (RemoteChannel, importChannel and RemoteWorker wait
+  // and ask again); those of requesters that ended, or whose node left, are
+  // let go first. An honest node reaches it only with that many readers,
+  // writers or workers blocked on one channel or queue at once.
   size_t maxParkedPerPeer{1024};
+  // And the bytes of the writes among them, as they came on the wire
+  // (tensors included): past this a write that would wait is refused the
+  // same way, unless the node has none parked (one larger than this waits
+  // alone, as one message larger than the window goes alone).
+  size_t maxParkedBytesPerPeer{size_t{256} << 20};
   // Links a peer's actors may hold to this node's actors at once (LINK:
   // each an attachable here and a proxy held). Past this its link is cut.
   size_t maxPeerLinks{size_t{1} << 16};
@@ -160,7 +166,8 @@ enum class RemoteError : uint8_t {
   kWindowFull = 7,   // trySend: the window to the actor's node is full
   kClosed = 8,       // a client or server closed (client_server.h)
   kTooManyRequests = 9,  // maxPendingRequests to that node await answers, or
-                         // maxParkedPerPeer wait at a channel's owner
+                         // maxParkedPerPeer wait at a channel's or a
+                         // workqueue's owner
 };
 caf::error makeError(RemoteError code, std::string text);
 // Whether `error` is this layer's `code`.

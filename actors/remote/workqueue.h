@@ -23,6 +23,7 @@
 // call is one round trip; read() waits, without holding a thread on the
 // owner's node, until a question comes or the queue is closed and empty
 // (DRAINED).
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +45,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/workqueue.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/parked.h>
 #include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 
@@ -88,9 +90,12 @@ struct WorkQueueOwnerState {
   struct Remote {
     caf::strong_actor_ptr sender;
     std::unique_ptr<dataflow::Worker<Q, A>> worker;
+    // Cleared when it goes: its reads still parked are dropped unserved.
+    std::shared_ptr<std::atomic<bool>> wanted = std::make_shared<std::atomic<bool>>(true);
   };
   std::map<caf::actor_addr, Remote> workers;
   std::map<caf::node_id, size_t> perNode;  // workers of each node
+  ParkedBook parked;  // reads of each node waiting for a job
 };
 
 template <class Q, class A>
@@ -127,6 +132,8 @@ void forgetWorker(WorkQueueOwner<Q, A> self, const caf::actor_addr& addr) {
   auto it = self->state.workers.find(addr);
   if (it == self->state.workers.end()) return;
   caf::node_id node = it->second.sender ? it->second.sender->node() : caf::node_id();
+  it->second.wanted->store(false, std::memory_order_release);
+  self->state.parked.departed();
   self->state.workers.erase(it);
   auto count = self->state.perNode.find(node);
   if (count != self->state.perNode.end() && --count->second == 0) self->state.perNode.erase(count);
@@ -134,10 +141,12 @@ void forgetWorker(WorkQueueOwner<Q, A> self, const caf::actor_addr& addr) {
 
 template <class Q, class A>
 typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A> self,
-                                                            dataflow::WorkQueue<Q, A> queue) {
+                                                            dataflow::WorkQueue<Q, A> queue,
+                                                            const NodeOptions& options) {
   using dataflow::Job;
   using dataflow::ReadResult;
   self->state.queue = std::move(queue);
+  self->state.parked = ParkedBook(options.maxParkedPerPeer, options.maxParkedBytesPerPeer);
   serveEveryNode(self);
   // A worker gone (its actor ended, or its node was lost or left): its
   // Worker goes, answering what it held with WorkerLost.
@@ -150,10 +159,13 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
     }
   };
   // A job read anonymously would be held for nobody: refused.
-  auto refuse = [self](const char* why) {
+  auto refuseWith = [self](caf::error error) {
     auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
-    promise.deliver(caf::make_error(caf::sec::invalid_argument, why));
+    promise.deliver(std::move(error));
     return promise;
+  };
+  auto refuse = [refuseWith](const char* why) {
+    return refuseWith(caf::make_error(caf::sec::invalid_argument, why));
   };
   auto anonymous = [refuse] { return refuse("an anonymous workqueue read"); };
   auto tooMany = [refuse] {
@@ -166,22 +178,43 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
         auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
         auto* worker = workerFor<Q, A>(self);
         if (!worker) return tooMany();
+        auto& remote = self->state.workers[addr];
         auto questions = worker->questions();
+        auto token = self->state.parked.take(remote.sender->node(), 0, [&] {
+          questions.state()->forgetDepartedWaiters();
+        });
+        if (!token) {
+          // Its node has maxParkedPerPeer reads waiting here (an honest
+          // worker has one): served only if a job waits.
+          auto now = worker->tryRead();
+          if (now.status != dataflow::Status::kEmpty) {
+            auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
+            deliver(promise, std::move(now));
+            return promise;
+          }
+          return refuseWith(makeError(RemoteError::kTooManyRequests,
+                                      "this node has " + std::to_string(self->state.parked.perNode()) +
+                                          " reads waiting at the workqueue's owner already (maxParkedPerPeer)"));
+        }
         // Weak: the parked read lives in that channel; a strong handle in
         // its callback would keep the channel, and so the read, for ever
         // (a node left with a read parked and the queue never closed).
         std::weak_ptr questionsState = questions.state();
         auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
-        dataflow::readThen(self, questions, [=](ReadResult<Job<Q>> job) mutable {
-          auto it = self->state.workers.find(addr);
-          if (it == self->state.workers.end()) {
-            // The worker went while its read waited: the job is someone else's.
-            auto state = questionsState.lock();
-            if (job.item && state) state->unread(std::move(*job.item));
-            return;
-          }
-          deliver(promise, it->second.worker->adopt(std::move(job)));
-        });
+        dataflow::readThen(
+            self, questions,
+            [=, token = std::move(token)](ReadResult<Job<Q>> job) mutable {
+              auto it = self->state.workers.find(addr);
+              if (it == self->state.workers.end()) {
+                // The worker went while this was on its way: the job is
+                // someone else's.
+                auto state = questionsState.lock();
+                if (job.item && state) state->unread(std::move(*job.item));
+                return;
+              }
+              deliver(promise, it->second.worker->adopt(std::move(job)));
+            },
+            remote.wanted);
         return promise;
       },
       [=](work_try_read_atom) {
@@ -221,7 +254,7 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
 // Lets workers on nodes that reach `node` serve `queue` as `name`.
 template <class Q, class A>
 Error exportWorkQueue(Node& node, const dataflow::WorkQueue<Q, A>& queue, const std::string& name) {
-  auto owner = node.system().spawn(detail::workQueueOwner<Q, A>, queue);
+  auto owner = node.system().spawn(detail::workQueueOwner<Q, A>, queue, node.options());
   // Its handlers never block (a full or empty channel parks the request):
   // it runs where its peers' requests are read (Node::runOnLoop).
   node.runOnLoop(owner);
@@ -356,6 +389,15 @@ class RemoteWorker {
 
   template <class Atom>
   dataflow::ReadResult<dataflow::Job<Q>> askJob(Atom atom) {
+    for (auto backoff = std::chrono::milliseconds(1);;) {
+      auto result = askJobOnce(atom);
+      if (!error_ || !detail::waitIfBusy(error_, backoff)) return result;
+      error_ = caf::error();
+    }
+  }
+
+  template <class Atom>
+  dataflow::ReadResult<dataflow::Job<Q>> askJobOnce(Atom atom) {
     using dataflow::Status;
     dataflow::ReadResult<dataflow::Job<Q>> result(Status::kDrained);
     if (error_) return result;

@@ -357,6 +357,31 @@ TEST_CASE("a node's reads and writes waiting at a channel's owner are bounded (m
   CHECK(writeAnswers->errors.empty());
 }
 
+TEST_CASE("a node's parked writes are bounded in bytes too (maxParkedBytesPerPeer)") {
+  auto options = TestNode::quick();
+  options.maxParkedBytesPerPeer = 1;  // any write's message is more
+  TestNode owner(options), client;
+  Channel<int32_t> full(1);
+  REQUIRE(full.write(int32_t(0)) == Status::kOpen);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), full, "full"));
+  auto fullOwner = caf::actor_cast<caf::actor>(
+      RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "full")->owner());
+  auto answers = std::make_shared<ParkedAnswers>();
+  auto writer = client.system().spawn(parker, fullOwner, answers);
+  // One larger than the bound parks alone; a second is refused.
+  CHECK(park(client, writer, park_write_atom::value, int32_t(1)));
+  CHECK(tooMany(client, fullOwner, actorpipe::remote::channel_write_atom::value, int32_t(2)));
+  CHECK(*full.readFor(5s).item == 0);
+  CHECK(*full.readFor(5s).item == 1);
+  REQUIRE(answered(*answers, 1, false));
+  // Its bytes are free again: full once more, another write parks.
+  REQUIRE(full.write(int32_t(9)) == Status::kOpen);
+  CHECK(park(client, writer, park_write_atom::value, int32_t(3)));
+  CHECK(*full.readFor(5s).item == 9);
+  CHECK(*full.readFor(5s).item == 3);
+  CHECK(answers->errors.empty());
+}
+
 TEST_CASE("requests left waiting at a channel's owner by a requester that ended are let go, and take no item") {
   ParkingNodes nodes;
   auto [client, empty, full, emptyOwner, fullOwner] = nodes.parts();
@@ -395,6 +420,41 @@ TEST_CASE("requests left waiting at a channel's owner by a requester that ended 
   }
   CHECK(gone->errors.empty());
   CHECK(after->errors.empty());
+}
+
+TEST_CASE("a peer's actor back in a new proxy is watched again: its read, left when it ends, is let go") {
+  auto options = TestNode::quick();
+  options.maxParkedPerPeer = 1;
+  TestNode owner(options), client;
+  Channel<int32_t> numbers(4);
+  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), numbers, "numbers"));
+  auto numbersOwner = caf::actor_cast<caf::actor>(
+      RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers")->owner());
+  auto first = std::make_shared<ParkedAnswers>();
+  auto reader = client.system().spawn(parker, numbersOwner, first);
+  REQUIRE(park(client, reader, park_read_atom::value));
+  REQUIRE(numbers.write(int32_t(1)) == Status::kOpen);
+  REQUIRE(answered(*first, 1));
+  // Other actors of the client's node come to the owner's node, each in a
+  // proxy there: the reader's leaves the link's recent proxies and, with
+  // nothing holding it, is gone (nothing says so: no DOWN).
+  for (int i = 0; i < 40; ++i) {
+    caf::scoped_actor other{client.system()};
+    other->request(numbersOwner, 5s, actorpipe::remote::channel_status_atom::value)
+        .receive([](uint8_t) {}, [](caf::error&) {});
+  }
+  // It parks again, in a new proxy; then it ends. Watched by its address
+  // only, the new proxy was not, and the read stayed wanted: it held the
+  // node's share for ever and would take the next item for nobody.
+  REQUIRE(park(client, reader, park_read_atom::value));
+  end(client, reader);
+  auto second = std::make_shared<ParkedAnswers>();
+  auto next = client.system().spawn(parker, numbersOwner, second);
+  CHECK(park(client, next, park_read_atom::value));
+  REQUIRE(numbers.write(int32_t(2)) == Status::kOpen);
+  CHECK(answered(*second, 1));
+  CHECK(first->items == std::vector<int32_t>{1});
+  end(client, next);
 }
 
 TEST_CASE("blocking reads past maxParkedPerPeer wait their turn; importChannel's reader too") {

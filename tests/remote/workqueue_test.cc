@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "../support/harness.h"
 #include "attacker.h"
@@ -59,6 +61,59 @@ struct HoldingWorker {
   HoldingWorker() { url.forked(); }
   void sendUrl(const std::string& ownerUrl) { REQUIRE(url.send(ownerUrl)); }
 };
+
+
+using park_atom = caf::atom_constant<caf::atom("park")>;
+
+// The questions of the jobs one worker actor's reads were answered with.
+struct WorkAnswers {
+  std::mutex mutex;
+  std::vector<int32_t> questions;
+  std::vector<caf::error> errors;  // anything but "one too many"
+};
+
+// A read of `owner` for `self`, then a try-read, which the owner answers
+// after it (it takes one sender's messages in order): if the read was not
+// refused as one too many by then, it waits there and `promise` gets
+// true; if it was, it is asked again. (The queue holds no job meanwhile.)
+void parkRead(caf::event_based_actor* self, caf::actor owner, std::shared_ptr<WorkAnswers> answers,
+              caf::response_promise promise) {
+  auto refused = std::make_shared<bool>(false);
+  self->request(owner, caf::infinite, actorpipe::remote::work_read_atom::value)
+      .then(
+          [answers](uint8_t, uint64_t, int32_t question) {
+            std::lock_guard<std::mutex> guard(answers->mutex);
+            answers->questions.push_back(question);
+          },
+          [answers, refused](caf::error& error) {
+            std::lock_guard<std::mutex> guard(answers->mutex);
+            if (actorpipe::remote::isError(error, RemoteError::kTooManyRequests)) *refused = true;
+            else answers->errors.push_back(error);
+          });
+  self->request(owner, caf::infinite, actorpipe::remote::work_try_read_atom::value)
+      .then(
+          [=](uint8_t, uint64_t, int32_t) mutable {
+            if (!*refused) promise.deliver(true);
+            else parkRead(self, owner, answers, promise);
+          },
+          [promise](caf::error&) mutable { promise.deliver(false); });
+}
+
+caf::behavior readParker(caf::event_based_actor* self, caf::actor owner,
+                         std::shared_ptr<WorkAnswers> answers) {
+  return {[=](park_atom) {
+    auto promise = self->make_response_promise();
+    parkRead(self, owner, answers, promise);
+    return promise;
+  }};
+}
+
+bool parked(TestNode& node, const caf::actor& parker) {
+  caf::scoped_actor self{node.system()};
+  bool yes = false;
+  self->request(parker, 20s, park_atom::value).receive([&](bool b) { yes = b; }, [](caf::error&) {});
+  return yes;
+}
 
 }  // namespace
 
@@ -484,6 +539,53 @@ TEST_CASE("a peer that makes up workers gets at most kMaxWorkersPerNode of them 
   CHECK(inlined > 0);  // an actor's small answers ride in their frames
   pipe->close();
   context->join();
+}
+
+TEST_CASE("a node's reads waiting at a workqueue's owner are bounded (maxParkedPerPeer); a gone worker's are let go") {
+  auto options = TestNode::quick();
+  options.maxParkedPerPeer = 4;
+  TestNode owner(options), client;
+  WorkQueue<int32_t, int32_t> queue(64);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "jobs"));
+  auto opened = actorpipe::remote::openWorkQueue<int32_t, int32_t>(client.node(), owner.node().url("shm"), "jobs");
+  REQUIRE(opened);
+  auto target = caf::actor_cast<caf::actor>(*opened);
+  auto gone = std::make_shared<WorkAnswers>();
+  auto after = std::make_shared<WorkAnswers>();
+  auto first = client.system().spawn(readParker, target, gone);
+  for (int i = 0; i < 4; ++i) REQUIRE(parked(client, first));
+  // A fifth read of the node's, from another of its actors: refused at
+  // once (without the bound, a timeout after 5 s).
+  {
+    caf::scoped_actor self{client.system()};
+    bool tooMany = false;
+    self->request(target, 5s, actorpipe::remote::work_read_atom::value)
+        .receive([](uint8_t, uint64_t, int32_t) {},
+                 [&](caf::error& error) { tooMany = actorpipe::remote::isError(error, RemoteError::kTooManyRequests); });
+    CHECK(tooMany);
+  }
+  // The first worker ends: its reads are let go, and another of the node's
+  // actors parks as many (refused for ever if they were held until a job
+  // walked past them).
+  caf::scoped_actor self{client.system()};
+  self->monitor(first);
+  self->send_exit(first, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  auto second = client.system().spawn(readParker, target, after);
+  for (int i = 0; i < 4; ++i) REQUIRE(parked(client, second));
+  for (int32_t q = 1; q <= 4; ++q) REQUIRE(queue.write(q) == Status::kOpen);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto count = [&] {
+    std::lock_guard<std::mutex> guard(after->mutex);
+    return after->questions.size();
+  };
+  while (count() < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  std::lock_guard<std::mutex> guard(after->mutex);
+  CHECK(after->questions == std::vector<int32_t>{1, 2, 3, 4});
+  CHECK(gone->questions.empty());
+  CHECK(gone->errors.empty());
+  CHECK(after->errors.empty());
+  self->send_exit(second, caf::exit_reason::user_shutdown);
 }
 
 // `done` runs in the serving actor: one that throws is that actor's own

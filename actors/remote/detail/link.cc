@@ -22,6 +22,7 @@
 #include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/detail/loop_unit.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/actors/remote/detail/parked.h>
 #include <actorpipe/runtime/detail/log.h>
 
 #if defined(__SANITIZE_THREAD__)
@@ -91,6 +92,7 @@ class CountedElement final : public caf::mailbox_element {
   const caf::type_erased_tuple& content() const override { return content_.content(); }
   caf::message move_content_to_message() override { return std::move(content_); }
   caf::message copy_content_to_message() const override { return content_; }
+  size_t bytes() const { return bytes_; }
 
  private:
   caf::message content_;
@@ -172,8 +174,12 @@ class Proxy final : public caf::actor_proxy {
   caf::error reason_;
 };
 
-
 } // namespace
+
+size_t peerMessageBytes(const caf::mailbox_element* element) {
+  auto* counted = dynamic_cast<const CountedElement*>(element);
+  return counted != nullptr ? counted->bytes() : 0;
+}
 
 Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, std::string url)
     : node_(node),
