@@ -19,9 +19,10 @@
 // waits for the answer, so a full channel holds its remote writers back
 // exactly as it holds local ones. Items are handed over once: an item is
 // taken from the channel only for a read that asked for it. One node parks
-// at most NodeOptions::maxParkedPerPeer reads and writes at an owner; past
-// that one that would wait is refused with kTooManyRequests, which
-// RemoteChannel and importChannel take as "ask again in a while".
+// at most NodeOptions::maxParkedPerPeer reads and writes at an owner, and
+// writes of at most maxParkedBytesPerPeer; past that one that would wait is
+// refused with kTooManyRequests, which RemoteChannel and importChannel take
+// as "ask again in a while".
 //
 // Cascading close across nodes is what a stage does on its own node: it
 // reads until DRAINED, then closes what it writes to, wherever that lives.
