@@ -165,6 +165,12 @@ bool ActorResumer::alive() const {
   return handle_->actor.lock() != nullptr;
 }
 
+void runInActorAfter(caf::scheduled_actor* self, std::chrono::milliseconds delay, ContinuationPtr work) {
+  installDeliveryHandler(self);
+  caf::delayed_anon_send(caf::actor_cast<caf::actor>(self->ctrl()), delay, resume_atom::value,
+                         std::move(work));
+}
+
 void ActorResumer::post(ContinuationPtr work) const {
   if (auto target = handle_->actor.lock())
     postTo(target, std::move(work));

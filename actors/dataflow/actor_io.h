@@ -28,6 +28,7 @@
 #include <actorpipe/actors/dataflow/workqueue.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -58,6 +59,21 @@ void installDeliveryHandler(caf::scheduled_actor* self);
 // Runs `work` now if `self` is the actor currently running on this thread
 // and it has inline budget left, else posts it to the actor's mailbox.
 void runInActor(caf::scheduled_actor* self, ContinuationPtr work);
+
+// Runs `work` in `self`'s context after `delay` (a message to itself, so
+// the actor handles others meanwhile); dropped if the actor ends first.
+// Call from inside `self`.
+void runInActorAfter(caf::scheduled_actor* self, std::chrono::milliseconds delay, ContinuationPtr work);
+
+// A continuation that calls a function.
+class FunctionContinuation final : public ActorContinuation {
+public:
+  explicit FunctionContinuation(std::function<void()> fn) : fn_(std::move(fn)) {}
+  void run() override { fn_(); }
+
+private:
+  std::function<void()> fn_;
+};
 
 // A weak handle on an actor that can post work to it from any thread.
 class ActorResumer {

@@ -221,10 +221,19 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
           }
           dataflow::readThen(
               self, channel,
-              [promise, tokens = std::move(tokens)](ReadResult<T> read) mutable {
+              [promise, tokens = std::move(tokens), wanted,
+               state = std::weak_ptr(channel.state())](ReadResult<T> read) mutable {
+                // Its requester's DOWN came between the item's hand-over
+                // and this: the item goes back for the others. (Weak: the
+                // channel holds this while the read is parked.)
+                if (!wanted->load(std::memory_order_acquire)) {
+                  auto held = state.lock();
+                  if (read.item && held) held->unread(std::move(*read.item));
+                  return;
+                }
                 promise.deliver(static_cast<uint8_t>(read.status), read.item ? std::move(*read.item) : T());
               },
-              std::move(wanted));
+              wanted);
           return promise;
         }
         promise.deliver(static_cast<uint8_t>(now.status), now.item ? std::move(*now.item) : T());

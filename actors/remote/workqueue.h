@@ -203,11 +203,12 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
         auto promise = self->template make_response_promise<uint8_t, uint64_t, Q>();
         dataflow::readThen(
             self, questions,
-            [=, token = std::move(token)](ReadResult<Job<Q>> job) mutable {
+            [=, token = std::move(token), wanted = remote.wanted](ReadResult<Job<Q>> job) mutable {
               auto it = self->state.workers.find(addr);
-              if (it == self->state.workers.end()) {
-                // The worker went while this was on its way: the job is
-                // someone else's.
+              if (!wanted->load(std::memory_order_acquire) || it == self->state.workers.end()) {
+                // The worker went while this was on its way (a new one of
+                // the same address is another worker): the job is someone
+                // else's.
                 auto state = questionsState.lock();
                 if (job.item && state) state->unread(std::move(*job.item));
                 return;
@@ -323,7 +324,20 @@ void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
               self->request(owner, caf::infinite, work_fail_atom::value, id, std::move(failure))
                   .then(again, lost);
             },
-            [finish](caf::error& error) mutable { finish(std::move(error)); });
+            [self, next, finish](caf::error& error) mutable {
+              // Its node has its share of reads waiting at the owner
+              // (maxParkedPerPeer; a worker that went may not be let go
+              // yet): ask again in a while, as RemoteWorker does.
+              if (isError(error, RemoteError::kTooManyRequests)) {
+                dataflow::detail::runInActorAfter(
+                    self, std::chrono::milliseconds(20),
+                    std::make_shared<dataflow::detail::FunctionContinuation>([next] {
+                      if (*next) (*next)();
+                    }));
+                return;
+              }
+              finish(std::move(error));
+            });
   };
   (*next)();
 }

@@ -588,6 +588,58 @@ TEST_CASE("a node's reads waiting at a workqueue's owner are bounded (maxParkedP
   self->send_exit(second, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE("serveFrom refused as one too many asks again in a while; it serves once there is room") {
+  auto options = TestNode::quick();
+  options.maxParkedPerPeer = 1;
+  TestNode owner(options), client;
+  WorkQueue<int32_t, int32_t> queue(4);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "jobs"));
+  auto opened = actorpipe::remote::openWorkQueue<int32_t, int32_t>(client.node(), owner.node().url("shm"), "jobs");
+  REQUIRE(opened);
+  // Another worker of the node holds its share: serveFrom's reads are
+  // refused until that one goes. (Before, the first refusal was its done.)
+  auto holder = client.system().spawn(readParker, caf::actor_cast<caf::actor>(*opened),
+                                      std::make_shared<WorkAnswers>());
+  REQUIRE(parked(client, holder));
+  auto done = std::make_shared<std::promise<caf::error>>();
+  auto doneFuture = done->get_future();
+  auto server = client.system().spawn([done, to = *opened](caf::event_based_actor* self) -> caf::behavior {
+    actorpipe::remote::serveFrom<int32_t, int32_t>(
+        self, to, [](int32_t q) { return 2 * q; },
+        [self, done](caf::error error) {
+          done->set_value(std::move(error));
+          self->quit();
+        });
+    return {[](int32_t) {}};
+  });
+  // Refused at least once by now (it asks within a millisecond; a slower
+  // start only means it is refused later, or not at all, with the same
+  // outcome).
+  std::this_thread::sleep_for(100ms);
+  CHECK(doneFuture.wait_for(0s) == std::future_status::timeout);
+  caf::scoped_actor self{client.system()};
+  self->monitor(holder);
+  self->send_exit(holder, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  // A job asked before the owner has handled the holder's DOWN can still
+  // go to the holder's parked read and fail as WorkerLost (the holder's
+  // one read: at most once); the next is serveFrom's.
+  int32_t answered = 0;
+  for (int tries = 0; tries < 2 && answered == 0; ++tries) {
+    auto answer = queue.ask(21);
+    REQUIRE(answer.wait_for(10s) == std::future_status::ready);
+    try {
+      answered = answer.get();
+    } catch (const WorkerLost&) {
+      CHECK(tries == 0);
+    }
+  }
+  CHECK(answered == 42);
+  queue.close();
+  REQUIRE(doneFuture.wait_for(10s) == std::future_status::ready);
+  CHECK(!doneFuture.get());
+}
+
 // `done` runs in the serving actor: one that throws is that actor's own
 // exception (its handler sees it), and the serving closure, which holds
 // itself while it serves, is freed all the same.
