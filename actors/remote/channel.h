@@ -184,10 +184,11 @@ typename ChannelActor<T>::behavior_type channelOwner(typename ChannelActor<T>::p
     if (book->requesters.gone(down.source)) book->parked.departed();
   });
   // The flag and tokens for one of `sender`'s requests that must wait
-  // (holding `bytes`), or a null flag: its node has its share parked.
+  // (holding `bytes`), or a null flag: its peer (link) has its share
+  // parked.
   auto park = [self, book, channel](const caf::strong_actor_ptr& sender, size_t bytes)
       -> std::pair<Requesters::Wanted, std::vector<ParkedBook::Token>> {
-    auto share = book->parked.take(sender->node(), bytes,
+    auto share = book->parked.take(peerLinkOf(sender), bytes,
                                    [&] { channel.state()->forgetDepartedWaiters(); });
     if (!share) return {};
     auto [wanted, entry] = book->requesters.watch(self, sender);

@@ -17,6 +17,7 @@
 #include <actorpipe/actors/dataflow/actor_io.h>
 #include <actorpipe/actors/dataflow/channel.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
+#include <actorpipe/actors/remote/detail/parked.h>
 #include <actorpipe/actors/remote/detail/peer_exits.h>
 #include <actorpipe/actors/remote/node.h>
 
@@ -66,6 +67,12 @@ std::string publishedName(const std::string& name) { return "clientserver:" + na
 
 // Why `who` is gone, from its actor's exit reason: the node layer's error
 // as it is (it names the node and the cause), else kClosed.
+// An actor's handle, the key it is known by here (its address compares by
+// id and node, which a peer may claim).
+const caf::actor_control_block* blockOf(const caf::actor& actor) {
+  return caf::actor_cast<caf::actor_control_block*>(actor);
+}
+
 caf::error goneError(caf::actor_system& system, const std::string& who, const caf::error& reason) {
   if (isError(reason, RemoteError::kNodeLost) || isError(reason, RemoteError::kNodeLeft)) {
     auto code = isError(reason, RemoteError::kNodeLost) ? RemoteError::kNodeLost : RemoteError::kNodeLeft;
@@ -155,9 +162,11 @@ struct ServerShared {
       : node(n), system(n.system()), name(std::move(nm)), options(o) {}
 
   struct Entry {
-    caf::actor_addr sender;  // its sends come from this actor, or its agent
-    caf::actor agent;        // ours go to this one
-    caf::node_id node;
+    // Its sends come from this actor, or its agent; ours go to the agent.
+    // Both held: their handles are their keys in bySender.
+    caf::strong_actor_ptr sender;
+    caf::actor agent;
+    uint64_t peer = 0;  // its link (peerLinkOf), whose clients it counts as
     Inbox inbox;
     size_t waiting = 0;  // its sends parked for room (the server actor's)
     caf::error gone;     // why it left; none while connected
@@ -174,8 +183,11 @@ struct ServerShared {
   mutable std::mutex mutex;
   std::condition_variable changed;  // a client came or went
   std::map<int, Entry> clients;     // a gone one stays until its loss is told
-  std::map<caf::actor_addr, int> bySender;
-  std::map<caf::node_id, size_t> perNode;
+  // By handle, not by address: CAF compares addresses by actor id and node
+  // id, and a peer with the secret may claim an honest node's id (its actor
+  // of a client's sender's id would send as that client).
+  std::map<const caf::actor_control_block*, int> bySender;
+  std::map<uint64_t, size_t> perNode;  // clients of each peer (link)
   std::vector<std::shared_ptr<dataflow::detail::Signal>> watchers;  // receiveAny's
   uint64_t generation = 0;  // bumped whenever `clients` changes
   size_t goneKept = 0;  // entries of `clients` that are gone
@@ -216,13 +228,13 @@ struct ServerShared {
     for (auto& signal : watchers) signal->raise();
   }
 
-  void left(const caf::actor_addr& agent, const caf::error& reason) {
+  void left(const caf::actor_control_block* agent, const caf::error& reason) {
     std::lock_guard<std::mutex> guard(mutex);
     for (auto& [id, entry] : clients) {
-      if (entry.gone || caf::actor_cast<caf::actor_addr>(entry.agent) != agent) continue;
+      if (entry.gone || blockOf(entry.agent) != agent) continue;
       entry.gone = goneError(system, "client " + std::to_string(id), reason);
       entry.inbox.close();
-      bySender.erase(entry.sender);
+      bySender.erase(entry.sender.get());
       bySender.erase(agent);
       // It still counts against its node's clients (its queue is still
       // held) until its loss is told or it is forgotten.
@@ -253,7 +265,7 @@ struct ServerShared {
   }
 
   std::map<int, Entry>::iterator eraseGoneLocked(std::map<int, Entry>::iterator it) {
-    auto node = perNode.find(it->second.node);
+    auto node = perNode.find(it->second.peer);
     if (node != perNode.end() && --node->second == 0) perNode.erase(node);
     --goneKept;
     return clients.erase(it);
@@ -270,7 +282,9 @@ struct ClientShared {
   Inbox inbox;
   int id = -1;
   caf::actor server;
-  caf::node_id serverNode;  // whose actors are heard; set before the agent starts
+  // Whose actors are heard: the server's link (peerLinkOf), not its node
+  // id, which a peer with the secret may claim. Set before the agent starts.
+  uint64_t serverLink = 0;
   caf::actor agent;
   size_t waiting = 0;  // the agent's parked answers
 
@@ -342,7 +356,7 @@ namespace actorpipe::remote {
 namespace {
 
 caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::ServerShared> shared) {
-  self->set_down_handler([shared](caf::down_msg& down) { shared->left(down.source, down.reason); });
+  self->set_down_handler([shared](caf::down_msg& down) { shared->left(down.source.get(), down.reason); });
   detail::serveEveryNode(self);
   return {
       [self, shared](cs_hello_atom, caf::actor& agent) {
@@ -359,27 +373,28 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         if (!sender || !agent) return refuse("a hello without its sender or agent");
         // Its agent is its own node's: a peer cannot have the server send
         // what it meant for it to another node's client.
-        if (agent->node() != sender->node()) return refuse("a hello naming another node's actor");
-        auto address = caf::actor_cast<caf::actor_addr>(sender);
-        auto agentAddress = caf::actor_cast<caf::actor_addr>(agent);
-        if (shared->bySender.count(address)) return refuse("this sender is a client's already");
-        if (shared->bySender.count(agentAddress)) return refuse("this agent is another client's");
-        size_t& count = shared->perNode[sender->node()];
+        // (Its link's: one node's actors all come on it.)
+        uint64_t peer = detail::peerLinkOf(sender);
+        if (detail::peerLinkOf(caf::actor_cast<caf::strong_actor_ptr>(agent)) != peer)
+          return refuse("a hello naming another node's actor");
+        if (shared->bySender.count(sender.get())) return refuse("this sender is a client's already");
+        if (shared->bySender.count(blockOf(agent))) return refuse("this agent is another client's");
+        size_t& count = shared->perNode[peer];
         if (count >= shared->options.maxClientsPerNode) {
-          if (count == 0) shared->perNode.erase(sender->node());
+          if (count == 0) shared->perNode.erase(peer);
           return refuse("too many clients of one node at this server (maxClientsPerNode)");
         }
         ++count;
         int id = shared->nextId++;
         auto& entry = shared->clients[id];
-        entry.sender = address;
+        entry.sender = sender;
         entry.agent = agent;
-        entry.node = sender->node();
+        entry.peer = peer;
         entry.inbox = Inbox(shared->options.queueMessages);
         // Its sends come from the sender, or (a send with a timeout) from
         // its agent.
-        shared->bySender[address] = id;
-        shared->bySender[agentAddress] = id;
+        shared->bySender[sender.get()] = id;
+        shared->bySender[blockOf(agent)] = id;
         shared->membershipChangedLocked();
         guard.unlock();
         // The agent lives as long as the client: its end, or its node's,
@@ -392,8 +407,7 @@ caf::behavior serverActor(caf::event_based_actor* self, std::shared_ptr<detail::
         auto sender = self->current_sender();
         auto promise = self->make_response_promise<bool>();
         std::unique_lock<std::mutex> guard(shared->mutex);
-        auto it = sender ? shared->bySender.find(caf::actor_cast<caf::actor_addr>(sender))
-                         : shared->bySender.end();
+        auto it = sender ? shared->bySender.find(sender.get()) : shared->bySender.end();
         if (it == shared->bySender.end()) {
           guard.unlock();
           promise.deliver(caf::make_error(caf::sec::invalid_argument,
@@ -466,7 +480,7 @@ caf::behavior clientAgent(caf::event_based_actor* self, std::shared_ptr<detail::
         auto promise = self->make_response_promise<bool>();
         // The server's node is the peer this client trusts (it chose it,
         // and the agent's handle went there only): its actors may send.
-        bool fromServer = sender && sender->node() == shared->serverNode;
+        bool fromServer = sender && detail::peerLinkOf(sender) == shared->serverLink;
         if (!fromServer || shared->waiting >= kMaxWaitingSends) {
           promise.deliver(caf::make_error(caf::sec::invalid_argument,
                                           fromServer ? "too many sends waiting for room"
@@ -717,7 +731,7 @@ caf::expected<std::unique_ptr<Client>> Client::connect(Node& node, const std::st
   client->shared_ = std::make_shared<detail::ClientShared>(node, options);
   auto& shared = client->shared_;
   shared->server = std::move(*server);
-  shared->serverNode = shared->server->node();
+  shared->serverLink = detail::peerLinkOf(caf::actor_cast<caf::strong_actor_ptr>(shared->server));
   shared->agent = node.system().spawn(clientAgent, shared);
   node.runOnLoop(shared->agent);
   node.endOnLeave(shared->agent);

@@ -77,8 +77,9 @@ inline std::string workQueueName(const std::string& name) { return "workqueue:" 
 
 // The most text of a remote worker's failure kept.
 constexpr size_t kMaxFailureText = 4096;
-// The most workers one node may have at one owner: each is a Worker, a
-// proxy and a monitor here, and a peer names its senders as it likes.
+// The most workers one peer (link, peerLinkOf) may have at one owner: each
+// is a Worker, a proxy and a monitor here, and a peer names its senders as
+// it likes.
 constexpr size_t kMaxWorkersPerNode = 1024;
 
 template <class Q, class A>
@@ -86,34 +87,35 @@ struct WorkQueueOwnerState {
   dataflow::WorkQueue<Q, A> queue;
   // One Worker per remote worker (the actor it asks with); destroying it
   // answers its unanswered jobs with WorkerLost. That actor's proxy is held
-  // here: a proxy nobody holds is gone, and its monitor with it.
+  // here: a proxy nobody holds is gone, and its monitor with it. Keyed by
+  // that handle, not by address: CAF compares addresses by id and node, and
+  // a peer with the secret may claim another node's id (its actors would
+  // pass for that node's workers, answering their jobs).
   struct Remote {
     caf::strong_actor_ptr sender;
     std::unique_ptr<dataflow::Worker<Q, A>> worker;
     // Cleared when it goes: its reads still parked are dropped unserved.
     std::shared_ptr<std::atomic<bool>> wanted = std::make_shared<std::atomic<bool>>(true);
   };
-  std::map<caf::actor_addr, Remote> workers;
-  std::map<caf::node_id, size_t> perNode;  // workers of each node
-  ParkedBook parked;  // reads of each node waiting for a job
+  std::map<const caf::actor_control_block*, Remote> workers;
+  std::map<uint64_t, size_t> perPeer;  // workers of each peer (peerLinkOf)
+  ParkedBook parked;  // reads of each peer waiting for a job
 };
 
 template <class Q, class A>
 using WorkQueueOwner = typename WorkQueueActor<Q, A>::template stateful_pointer<WorkQueueOwnerState<Q, A>>;
 
 // The current sender's Worker, made on its first read; null past
-// kMaxWorkersPerNode workers of its node.
+// kMaxWorkersPerNode workers of its peer.
 template <class Q, class A>
 dataflow::Worker<Q, A>* workerFor(WorkQueueOwner<Q, A> self) {
   auto sender = self->current_sender();
-  auto addr = caf::actor_cast<caf::actor_addr>(sender);
-  auto found = self->state.workers.find(addr);
+  auto found = self->state.workers.find(sender.get());
   if (found != self->state.workers.end()) return found->second.worker.get();
-  caf::node_id node = sender ? sender->node() : caf::node_id();
-  size_t& count = self->state.perNode[node];
+  size_t& count = self->state.perPeer[peerLinkOf(sender)];
   if (count >= kMaxWorkersPerNode) return nullptr;
   ++count;
-  auto& slot = self->state.workers[addr];
+  auto& slot = self->state.workers[sender.get()];
   slot.worker = std::make_unique<dataflow::Worker<Q, A>>(self->state.queue.worker());
   slot.sender = sender;
   if (sender) self->monitor(sender);
@@ -123,20 +125,20 @@ dataflow::Worker<Q, A>* workerFor(WorkQueueOwner<Q, A> self) {
 // The current sender's Worker if it has one (answers make none).
 template <class Q, class A>
 dataflow::Worker<Q, A>* workerOf(WorkQueueOwner<Q, A> self) {
-  auto it = self->state.workers.find(caf::actor_cast<caf::actor_addr>(self->current_sender()));
+  auto it = self->state.workers.find(self->current_sender().get());
   return it == self->state.workers.end() ? nullptr : it->second.worker.get();
 }
 
 template <class Q, class A>
-void forgetWorker(WorkQueueOwner<Q, A> self, const caf::actor_addr& addr) {
-  auto it = self->state.workers.find(addr);
+void forgetWorker(WorkQueueOwner<Q, A> self, const caf::actor_control_block* who) {
+  auto it = self->state.workers.find(who);
   if (it == self->state.workers.end()) return;
-  caf::node_id node = it->second.sender ? it->second.sender->node() : caf::node_id();
+  uint64_t peer = peerLinkOf(it->second.sender);
   it->second.wanted->store(false, std::memory_order_release);
   self->state.parked.departed();
   self->state.workers.erase(it);
-  auto count = self->state.perNode.find(node);
-  if (count != self->state.perNode.end() && --count->second == 0) self->state.perNode.erase(count);
+  auto count = self->state.perPeer.find(peer);
+  if (count != self->state.perPeer.end() && --count->second == 0) self->state.perPeer.erase(count);
 }
 
 template <class Q, class A>
@@ -150,7 +152,7 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
   serveEveryNode(self);
   // A worker gone (its actor ended, or its node was lost or left): its
   // Worker goes, answering what it held with WorkerLost.
-  self->set_down_handler([self](caf::down_msg& down) { forgetWorker<Q, A>(self, down.source); });
+  self->set_down_handler([self](caf::down_msg& down) { forgetWorker<Q, A>(self, down.source.get()); });
   auto deliver = [](auto& promise, ReadResult<Job<Q>> job) {
     if (job.item) {
       promise.deliver(static_cast<uint8_t>(job.status), job.item->id, std::move(job.item->question));
@@ -175,12 +177,12 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
       [=](work_read_atom) {
         if (!self->current_sender()) return anonymous();
         // Before the promise, which takes the sender out of the message.
-        auto addr = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        const caf::actor_control_block* who = self->current_sender().get();
         auto* worker = workerFor<Q, A>(self);
         if (!worker) return tooMany();
-        auto& remote = self->state.workers[addr];
+        auto& remote = self->state.workers[who];
         auto questions = worker->questions();
-        auto token = self->state.parked.take(remote.sender->node(), 0, [&] {
+        auto token = self->state.parked.take(peerLinkOf(remote.sender), 0, [&] {
           questions.state()->forgetDepartedWaiters();
         });
         if (!token) {
@@ -204,11 +206,11 @@ typename WorkQueueActor<Q, A>::behavior_type workQueueOwner(WorkQueueOwner<Q, A>
         dataflow::readThen(
             self, questions,
             [=, token = std::move(token), wanted = remote.wanted](ReadResult<Job<Q>> job) mutable {
-              auto it = self->state.workers.find(addr);
+              auto it = self->state.workers.find(who);
               if (!wanted->load(std::memory_order_acquire) || it == self->state.workers.end()) {
-                // The worker went while this was on its way (a new one of
-                // the same address is another worker): the job is someone
-                // else's.
+                // The worker went while this was on its way (a new one
+                // whose handle took the freed memory is another worker):
+                // the job is someone else's.
                 auto state = questionsState.lock();
                 if (job.item && state) state->unread(std::move(*job.item));
                 return;

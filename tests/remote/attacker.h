@@ -15,6 +15,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/message_id.hpp>
 #include <caf/node_id.hpp>
 
 #include <actorpipe/actors/remote/detail/frames.h>
@@ -108,6 +109,36 @@ inline bool awaitFrame(actorpipe::Pipe& pipe,
     }
   }
   return false;
+}
+
+// A hand-made peer's request `request` from its actor `source` to the
+// actor `target`.
+// (Encoded with `system`'s types, at once: a hand-made peer says nothing
+// else meanwhile, and a node with quick heartbeats cuts it within 600 ms.)
+inline void attackerAsk(actorpipe::Pipe& pipe, caf::actor_system& system, uint64_t target, uint64_t source,
+                        uint64_t request, const caf::message& content) {
+  using namespace actorpipe::remote::detail;
+  Frame f;
+  f.kind = Frame::Kind::kMessage;
+  f.source = source;
+  f.aid = target;
+  f.messageId = caf::make_message_id(caf::message_priority::normal).integer_value() | request;
+  EncodedMessage body;
+  REQUIRE(!encodeMessage(system, content, body));
+  actorpipe::Message m = frameMessage({f});
+  m.payloads.push_back({body.bytes.data(), body.bytes.size(), ""});
+  REQUIRE(!testing::writeSync(pipe, std::move(m)));
+}
+
+// The hand-made peer reads until `count` answers to its actor `source`
+// came (MESSAGE or INLINE frames) (an actor answers one sender's requests in order).
+inline bool attackerAnswered(actorpipe::Pipe& pipe, uint64_t source, int count) {
+  using actorpipe::remote::detail::Frame;
+  int seen = 0;
+  return awaitFrame(pipe, [&](const Frame& f) {
+    bool message = f.kind == Frame::Kind::kMessage || f.kind == Frame::Kind::kInline;
+    return message && f.aid == source && ++seen == count;
+  });
 }
 
 } // namespace remote_test

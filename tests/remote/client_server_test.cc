@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "../support/harness.h"
+#include "attacker.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/remote/client_server.h>
@@ -44,6 +45,15 @@ std::unique_ptr<Client> connect(TestNode& node, TestNode& at, const std::string&
   auto client = Client::connect(node.node(), at.node().url(transport), name);
   REQUIRE_MESSAGE(client, node.system().render(client.error()));
   return std::move(*client);
+}
+
+// A hand-made client: `raw`'s hello to `server` names itself as the agent.
+// Its client id, or -1.
+int rawHello(caf::scoped_actor& raw, const caf::actor& server) {
+  int id = -1;
+  raw->request(server, 10s, caf::atom("cshello"), caf::actor_cast<caf::actor>(raw))
+      .receive([&](int32_t given) { id = given; }, [](caf::error&) {});
+  return id;
 }
 
 // A server whose queue for its one client holds one message, and holds it.
@@ -381,9 +391,7 @@ TEST_CASE("client/server: a peer's sends waiting for room are bounded per client
   auto actor = node.node().remoteActor(host.node().url("tcp"), "clientserver:h");
   REQUIRE(actor);
   caf::scoped_actor raw{node.system()};
-  int id = -1;
-  raw->request(*actor, 10s, caf::atom("cshello"), caf::actor_cast<caf::actor>(raw))
-      .receive([&](int32_t given) { id = given; }, [](caf::error&) {});
+  int id = rawHello(raw, *actor);
   REQUIRE(id >= 0);
   constexpr int kSends = 40, kWaiting = 16;
   for (int i = 0; i < kSends; ++i) raw->send(*actor, caf::atom("csmsg"), caf::make_message(int32_t(i)));
@@ -564,4 +572,59 @@ TEST_CASE("client/server: many threads sending to one slow client all get throug
   for (auto& t : senders) t.join();
   CHECK(failed.load() == 0);
   CHECK(seen.size() == size_t(kThreads));
+}
+
+TEST_CASE("client/server: a peer with the secret that claims a client's node id cannot send as that client") {
+  // Clients are known by their senders' handles, not addresses (actor id
+  // and node id): before, the hand-made peer's actor of the client's id
+  // was that client.
+  auto patient = TestNode::quick();
+  patient.heartbeatTimeout = 120s;  // the hand-made peer sends no BEATs
+  TestNode host(patient), node;
+  auto server = serve(host, "f");
+  auto actor = node.node().remoteActor(host.node().url("tcp"), "clientserver:f");
+  REQUIRE(actor);
+  caf::scoped_actor raw{node.system()};
+  int id = rawHello(raw, *actor);
+  REQUIRE(id >= 0);
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(host.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "clientserver:f", node.system().node());
+  attackerAsk(*pipe, host.system(), target, raw->id(), 1,
+              caf::make_message(caf::atom("csmsg"), caf::make_message(std::string("forged"))));
+  REQUIRE(attackerAnswered(*pipe, raw->id(), 1));
+  raw->send(*actor, caf::atom("csmsg"), caf::make_message(std::string("genuine")));
+  caf::message m;
+  REQUIRE(!server->receive(id, m, 10s));
+  CHECK(m.get_as<std::string>(0) == "genuine");
+  pipe->close();
+  context->join();
+}
+
+TEST_CASE("client/server: a peer with the secret that claims the server's node id is not heard by its client") {
+  // A client hears its server's link, not whoever states its node id.
+  auto patient = TestNode::quick();
+  patient.heartbeatTimeout = 120s;  // the hand-made peer sends no BEATs
+  TestNode host, node(patient);
+  auto agentId = std::make_shared<std::atomic<uint64_t>>(0);
+  auto fake = host.system().spawn([agentId]() -> caf::behavior {
+    return {[agentId](caf::atom_value, caf::actor& agent) {
+      *agentId = agent.id();
+      return int32_t(0);
+    }};
+  });
+  REQUIRE(!host.node().publish(fake, "clientserver:fake"));
+  auto client = connect(node, host, "fake");
+  REQUIRE(*agentId != 0);
+  REQUIRE(!node.node().publish(node.own(node.system().spawn(summer)), "door"));
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(node.node().url("tcp"));
+  attackerHello(*pipe, "door", host.system().node());
+  attackerAsk(*pipe, node.system(), *agentId, 9, 1, caf::make_message(caf::atom("csmsg"), caf::make_message(std::string("forged"))));
+  REQUIRE(attackerAnswered(*pipe, 9, 1));
+  caf::message m;
+  CHECK(client->receive(m, 50ms) == caf::sec::request_timeout);
+  pipe->close();
+  context->join();
+  caf::anon_send_exit(fake, caf::exit_reason::user_shutdown);
 }

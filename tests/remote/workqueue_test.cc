@@ -69,6 +69,7 @@ using park_atom = caf::atom_constant<caf::atom("park")>;
 struct WorkAnswers {
   std::mutex mutex;
   std::vector<int32_t> questions;
+  std::vector<uint64_t> ids;  // their jobs' ids
   std::vector<caf::error> errors;  // anything but "one too many"
 };
 
@@ -81,9 +82,10 @@ void parkRead(caf::event_based_actor* self, caf::actor owner, std::shared_ptr<Wo
   auto refused = std::make_shared<bool>(false);
   self->request(owner, caf::infinite, actorpipe::remote::work_read_atom::value)
       .then(
-          [answers](uint8_t, uint64_t, int32_t question) {
+          [answers](uint8_t, uint64_t id, int32_t question) {
             std::lock_guard<std::mutex> guard(answers->mutex);
             answers->questions.push_back(question);
+            answers->ids.push_back(id);
           },
           [answers, refused](caf::error& error) {
             std::lock_guard<std::mutex> guard(answers->mutex);
@@ -638,6 +640,64 @@ TEST_CASE("serveFrom refused as one too many asks again in a while; it serves on
   queue.close();
   REQUIRE(doneFuture.wait_for(10s) == std::future_status::ready);
   CHECK(!doneFuture.get());
+}
+
+TEST_CASE("a peer with the secret that claims an honest node's id neither answers that node's workers' jobs nor takes its share") {
+  // Shares and workers are the link's (peerLinkOf) and the sender's handle,
+  // not the node id a HELLO states or an address (id and node): before,
+  // the attacker's actor of the honest worker's id was that worker here.
+  using actorpipe::remote::work_answer_atom;
+  using actorpipe::remote::work_read_atom;
+  using actorpipe::remote::work_try_read_atom;
+  auto options = TestNode::quick();
+  options.maxParkedPerPeer = 2;
+  // The hand-made peer sends no BEATs: its link must outlive the test (its
+  // end would let its share go, and the honest node's with it before).
+  options.heartbeatTimeout = 120s;
+  TestNode owner(options), client;
+  WorkQueue<int32_t, int32_t> queue(8);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "jobs"));
+  auto opened = actorpipe::remote::openWorkQueue<int32_t, int32_t>(client.node(), owner.node().url("tcp"), "jobs");
+  REQUIRE(opened);
+  auto target = caf::actor_cast<caf::actor>(*opened);
+  auto answers = std::make_shared<WorkAnswers>();
+  auto honest = client.system().spawn(readParker, target, answers);
+  REQUIRE(parked(client, honest));
+  auto asked = queue.ask(7);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto held = [&] {
+    std::lock_guard<std::mutex> guard(answers->mutex);
+    return answers->ids;
+  };
+  while (held().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  REQUIRE(held().size() == 1);
+  uint64_t job = held()[0];
+
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(owner.node().url("tcp"));
+  uint64_t jobs = attackerHello(*pipe, actorpipe::remote::detail::workQueueName("jobs"), client.system().node());
+  // The honest worker's job, answered by "it".
+  attackerAsk(*pipe, owner.system(), jobs, honest.id(), 1, caf::make_message(work_answer_atom::value, job, int32_t(666)));
+  REQUIRE(attackerAnswered(*pipe, honest.id(), 1));
+  CHECK(asked.wait_for(0s) == std::future_status::timeout);
+  // The attacker parks two reads, its share, ...
+  constexpr uint64_t kAttacker = 5;
+  attackerAsk(*pipe, owner.system(), jobs, kAttacker, 2, caf::make_message(work_read_atom::value));
+  attackerAsk(*pipe, owner.system(), jobs, kAttacker, 3, caf::make_message(work_read_atom::value));
+  attackerAsk(*pipe, owner.system(), jobs, kAttacker, 4, caf::make_message(work_try_read_atom::value));
+  REQUIRE(attackerAnswered(*pipe, kAttacker, 1));  // the try-read; the reads wait
+  // ... and the honest node still parks its own two (refused for ever
+  // when they shared a bucket).
+  for (int i = 0; i < 2; ++i) CHECK(parked(client, honest));
+  {
+    std::lock_guard<std::mutex> guard(answers->mutex);
+    CHECK(answers->errors.empty());
+  }
+  caf::scoped_actor self{client.system()};
+  self->send_exit(honest, caf::exit_reason::user_shutdown);
+  CHECK_THROWS_AS(asked.get(), WorkerLost);
+  pipe->close();
+  context->join();
 }
 
 // `done` runs in the serving actor: one that throws is that actor's own

@@ -105,8 +105,10 @@ class CountedElement final : public caf::mailbox_element {
 // gives its monitors their down_msg.
 class Proxy final : public caf::actor_proxy {
  public:
-  Proxy(caf::actor_config& config, std::weak_ptr<Link> link)
-      : caf::actor_proxy(config), link_(std::move(link)) {}
+  Proxy(caf::actor_config& config, std::weak_ptr<Link> link, uint64_t linkSerial)
+      : caf::actor_proxy(config), link_(std::move(link)), linkSerial_(linkSerial) {}
+
+  uint64_t linkSerial() const { return linkSerial_; }
 
   ~Proxy() override {
     if (auto link = link_.lock()) link->forgetProxy(id(), ctrl());
@@ -171,10 +173,19 @@ class Proxy final : public caf::actor_proxy {
 
   std::mutex mutex_;
   std::weak_ptr<Link> link_;
+  const uint64_t linkSerial_;
   caf::error reason_;
 };
 
 } // namespace
+
+// Links are numbered from 1: 0 is "this node's actors" to peerLinkOf.
+static std::atomic<uint64_t> nextLinkSerial{1};
+
+uint64_t peerLinkOf(const caf::strong_actor_ptr& sender) {
+  auto* proxy = sender ? dynamic_cast<const Proxy*>(caf::actor_cast<caf::abstract_actor*>(sender)) : nullptr;
+  return proxy != nullptr ? proxy->linkSerial() : 0;
+}
 
 size_t peerMessageBytes(const caf::mailbox_element* element) {
   auto* counted = dynamic_cast<const CountedElement*>(element);
@@ -187,6 +198,7 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       options_(node->options()),
       pipe_(std::move(pipe)),
       url_(std::move(url)),
+      serial_(nextLinkSerial.fetch_add(1, std::memory_order_relaxed)),
       pool_(node->pool()),
       unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
@@ -1389,7 +1401,7 @@ caf::strong_actor_ptr Link::proxyFor(caf::actor_id aid) {
   if (auto proxy = slot.lock()) return proxy;
   caf::actor_config config;
   auto proxy = caf::make_actor<Proxy, caf::strong_actor_ptr>(aid, peerNode_, &system_, config,
-                                                              weak_from_this());
+                                                              weak_from_this(), serial_);
   slot = caf::weak_actor_ptr(proxy.get());
   auto& recent = recentProxies_[nextRecent_++ % kRecentProxies];
   evicted = std::move(recent);

@@ -4,7 +4,8 @@
 // worker's reads while no job waits. Each holds its answer's promise
 // there, a write its item, and a peer's message is done with (its window
 // credit returned) once parked, so the window does not bound them:
-// NodeOptions::maxParkedPerPeer and maxParkedBytesPerPeer per node do.
+// NodeOptions::maxParkedPerPeer and maxParkedBytesPerPeer per peer do (a
+// peer: one link, peerLinkOf).
 //
 // A token per parked request, kept in its callback: the counts drop when
 // the callback goes, run or dropped, on whatever thread the channel lets
@@ -19,11 +20,17 @@
 
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
-#include <caf/node_id.hpp>
+#include <caf/actor_control_block.hpp>
 
 #include <actorpipe/actors/remote/node.h>
 
 namespace actorpipe::remote::detail {
+
+// The link a peer's actor speaks on (its proxy's, a number unique in the
+// process), or 0 for this node's own actors. Shares are counted by link,
+// not by the CAF node id a peer's HELLO states: a peer with the secret
+// that claims an honest node's id gets a share of its own.
+uint64_t peerLinkOf(const caf::strong_actor_ptr& sender);
 
 // The bytes a peer's message took on the wire (tensors included), for the
 // message an actor is handling now; 0 for one of this node's.
@@ -36,24 +43,24 @@ class ParkedBook {
   explicit ParkedBook(size_t perNode = 0, size_t bytesPerNode = 0)
       : perNode_(perNode), bytesPerNode_(bytesPerNode) {}
 
-  // A token for one more of `node`'s requests, holding `bytes`, or null:
-  // the node has perNode parked, or its parked bytes and these would pass
+  // A token for one more of `peer`'s requests, holding `bytes`, or null:
+  // the peer has perNode parked, or its parked bytes and these would pass
   // bytesPerNode (one request alone may pass it, as one message larger
   // than the window goes alone). `forgetDeparted()` lets go of parked
   // requests whose requesters went; it walks every parked request, so it
-  // is called only when the node is at its bound, departed() was said
+  // is called only when the peer is at its bound, departed() was said
   // since, and not within 10 ms of the last walk (a peer that ends an
   // actor and asks again, over and over, gets one walk per 10 ms).
   template <class Forget>
-  Token take(const caf::node_id& node, size_t bytes, Forget&& forgetDeparted) {
-    // Entries of nodes with nothing parked go before the map outgrows the
-    // nodes linked to this one.
+  Token take(uint64_t peer, size_t bytes, Forget&& forgetDeparted) {
+    // Entries of peers with nothing parked go before the map outgrows the
+    // links to this node.
     if (counts_.size() >= 256) {
       for (auto it = counts_.begin(); it != counts_.end();) {
         it = it->second->requests.load(std::memory_order_relaxed) == 0 ? counts_.erase(it) : std::next(it);
       }
     }
-    auto& counts = counts_[node];
+    auto& counts = counts_[peer];
     if (!counts) counts = std::make_shared<Counts>();
     if (!fits(*counts, bytes) && departed_) {
       auto now = std::chrono::steady_clock::now();
@@ -92,7 +99,7 @@ class ParkedBook {
 
   size_t perNode_;
   size_t bytesPerNode_;
-  std::map<caf::node_id, std::shared_ptr<Counts>> counts_;
+  std::map<uint64_t, std::shared_ptr<Counts>> counts_;
   bool departed_ = false;
   std::chrono::steady_clock::time_point lastWalk_{};
 };
