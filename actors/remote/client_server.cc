@@ -38,7 +38,9 @@
 // hello and the agent it named, and takes as its agent only an actor of
 // that sender's node that is no other client's sender or agent; a
 // client's agent hears only actors of the server's node (the peer the
-// client chose; the agent's handle went there only). Each Server::send asks
+// client chose; the agent's handle went there only). A "node" is a link
+// here (peerLinkOf), and a client's sender and agent are known by their
+// handles, not by the node id a peer states. Each Server::send asks
 // from a scoped actor of its own, so a client slow to answer holds up only
 // the sends to it. Each side monitors the other's actor that lives as long
 // as the other object (the agent; the server actor) and closes that peer's
@@ -65,14 +67,14 @@ constexpr size_t kMaxWaitingSends = 16;
 
 std::string publishedName(const std::string& name) { return "clientserver:" + name; }
 
-// Why `who` is gone, from its actor's exit reason: the node layer's error
-// as it is (it names the node and the cause), else kClosed.
 // An actor's handle, the key it is known by here (its address compares by
 // id and node, which a peer may claim).
 const caf::actor_control_block* blockOf(const caf::actor& actor) {
   return caf::actor_cast<caf::actor_control_block*>(actor);
 }
 
+// Why `who` is gone, from its actor's exit reason: the node layer's error
+// as it is (it names the node and the cause), else kClosed.
 caf::error goneError(caf::actor_system& system, const std::string& who, const caf::error& reason) {
   if (isError(reason, RemoteError::kNodeLost) || isError(reason, RemoteError::kNodeLeft)) {
     auto code = isError(reason, RemoteError::kNodeLost) ? RemoteError::kNodeLost : RemoteError::kNodeLeft;
@@ -265,6 +267,14 @@ struct ServerShared {
   }
 
   std::map<int, Entry>::iterator eraseGoneLocked(std::map<int, Entry>::iterator it) {
+    // Its keys go with the handles that keep them (left() took them out
+    // already, unless the server closed first; a key may be a newer
+    // client's since).
+    const caf::actor_control_block* keys[] = {it->second.sender.get(), blockOf(it->second.agent)};
+    for (const caf::actor_control_block* key : keys) {
+      auto found = bySender.find(key);
+      if (found != bySender.end() && found->second == it->first) bySender.erase(found);
+    }
     auto node = perNode.find(it->second.peer);
     if (node != perNode.end() && --node->second == 0) perNode.erase(node);
     --goneKept;

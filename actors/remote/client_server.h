@@ -36,9 +36,9 @@
 // layer's kNodeLost / kNodeLeft, or kClosed for a close).
 //
 // Hostile peers: only a client that said hello is heard, only from the
-// sender it said hello with or its agent, which must be of that sender's
-// node and no other client's;
-// one node has at most maxClientsPerNode clients at a server, gone ones
+// sender it said hello with or its agent (their handles, not addresses),
+// which must be of that sender's node and no other client's;
+// one node (link) has at most maxClientsPerNode clients at a server, gone ones
 // included until the server has received their loss; a peer's sends
 // waiting for room are bounded per client; a client hears only actors of
 // its server's node. Queues are bounded in messages; each message is bounded by
@@ -67,7 +67,8 @@ constexpr Timeout kForever = Timeout::max();
 struct ClientServerOptions {
   // Messages from one peer queued here and not yet received.
   size_t queueMessages{256};
-  // Clients one node may have at a server (a peer makes senders at will).
+  // Clients one node (one link) may have at a server (a peer makes
+  // senders at will).
   size_t maxClientsPerNode{64};
 };
 

@@ -115,7 +115,8 @@ struct NodeOptions {
   // nothing (while it beats) would otherwise have them pile up for ever.
   // Those of requesters that have ended are forgotten first.
   size_t maxPendingRequests{size_t{1} << 16};
-  // Requests of one peer node waiting at each channel and workqueue this
+  // Requests of one peer node (counted per link, not by the node id it
+  // states) waiting at each channel and workqueue this
   // node exports (a read of an empty channel, a write to a full one, a
   // worker's read while no job waits): each holds its answer's promise
   // here, a write its item, and a peer's message is done with once parked,

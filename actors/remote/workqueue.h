@@ -341,6 +341,9 @@ void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
               finish(std::move(error));
             });
   };
+  // An actor that ends while serving drops the pending handler or the
+  // delayed retry, so `finish` never runs: its end ends the cycle instead.
+  self->attach_functor([next] { *next = nullptr; });
   (*next)();
 }
 

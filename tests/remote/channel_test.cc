@@ -357,6 +357,39 @@ TEST_CASE("a node's reads and writes waiting at a channel's owner are bounded (m
   CHECK(writeAnswers->errors.empty());
 }
 
+TEST_CASE("anonymous requests at a channel's owner: no read, and a write only if it need not wait") {
+  // A read with no sender would take an item for nobody; a write with no
+  // sender that waited would hold its item with no one to tell.
+  ParkingNodes nodes;
+  auto [client, empty, full, emptyOwner, fullOwner] = nodes.parts();
+  // The owner takes one link's messages in order: once a request sent
+  // after them is answered, the anonymous ones were handled.
+  auto handled = [&client = client](const caf::actor& owner) {
+    caf::scoped_actor self{client.system()};
+    bool answered = false;
+    self->request(owner, 10s, actorpipe::remote::channel_status_atom::value)
+        .receive([&](uint8_t) { answered = true; }, [](caf::error&) {});
+    return answered;
+  };
+  caf::anon_send(emptyOwner, actorpipe::remote::channel_read_atom::value);
+  REQUIRE(handled(emptyOwner));
+  REQUIRE(empty.write(int32_t(7)) == Status::kOpen);
+  auto read = empty.tryRead();
+  REQUIRE(read.item);
+  CHECK(*read.item == 7);
+  caf::anon_send(emptyOwner, actorpipe::remote::channel_write_atom::value, int32_t(8));
+  REQUIRE(handled(emptyOwner));
+  read = empty.tryRead();
+  REQUIRE(read.item);
+  CHECK(*read.item == 8);
+  caf::anon_send(fullOwner, actorpipe::remote::channel_write_atom::value, int32_t(9));
+  REQUIRE(handled(fullOwner));
+  read = full.tryRead();
+  REQUIRE(read.item);
+  CHECK(*read.item == 0);
+  CHECK(full.tryRead().status == Status::kEmpty);
+}
+
 TEST_CASE("a node's parked writes are bounded in bytes too (maxParkedBytesPerPeer)") {
   auto options = TestNode::quick();
   options.maxParkedBytesPerPeer = 1;  // any write's message is more

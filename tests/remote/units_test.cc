@@ -2,7 +2,9 @@
 // CAF-encoded messages with their tensors (actors/remote/detail/).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -14,6 +16,7 @@
 #include <actorpipe/actors/remote/detail/buffer_pool.h>
 #include <actorpipe/actors/remote/detail/frames.h>
 #include <actorpipe/actors/remote/detail/message_codec.h>
+#include <actorpipe/actors/remote/detail/parked.h>
 #include <actorpipe/actors/remote/node.h>
 
 using namespace actorpipe;
@@ -565,4 +568,48 @@ TEST_CASE("a user type whose inspect throws anything fails that send, not the pr
   Tensor t = Tensor::full<float>({2}, 1.0f);
   REQUIRE(!encodeMessage(system, caf::make_message(std::string("after"), t), next));
   CHECK(next.tensors.size() == 1);
+}
+
+TEST_CASE("ParkedBook: shares per peer in requests and bytes; walks past departed requesters at most once per 10 ms") {
+  using namespace std::chrono_literals;
+  int walks = 0;
+  auto walk = [&] { ++walks; };
+  ParkedBook book(2, 100);
+  auto a = book.take(1, 0, walk);
+  auto b = book.take(1, 0, walk);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(!book.take(1, 0, walk));  // at its bound, nobody departed: no walk
+  CHECK(walks == 0);
+  CHECK(book.take(2, 0, walk));   // another peer's share is its own
+  CHECK(book.take(0, 0, walk));   // and this node's actors'
+  book.departed();
+  CHECK(!book.take(1, 0, walk));  // one walk, which let nothing go
+  CHECK(walks == 1);
+  auto walked = std::chrono::steady_clock::now();
+  book.departed();
+  CHECK(!book.take(1, 0, walk));
+  // Within 10 ms of the last walk: none (checked only if the machine was
+  // quick enough for the question to mean something).
+  if (std::chrono::steady_clock::now() - walked < 10ms) CHECK(walks == 1);
+  std::this_thread::sleep_for(15ms);
+  book.departed();
+  auto c = book.take(1, 0, [&] {  // a walk that lets one go: room
+    ++walks;
+    a.reset();
+  });
+  CHECK(c);
+  b.reset();
+  c.reset();
+  // Bytes: 60 + 40 fit in 100, 60 + 60 do not; one larger than the bound
+  // parks alone.
+  auto x = book.take(3, 60, walk);
+  REQUIRE(x);
+  CHECK(!book.take(3, 60, walk));
+  CHECK(book.take(3, 40, walk));
+  auto big = book.take(4, 1000, walk);
+  CHECK(big);
+  CHECK(!book.take(4, 1, walk));
+  big.reset();
+  CHECK(book.take(4, 1, walk));  // tokens give back what they held
 }

@@ -700,6 +700,32 @@ TEST_CASE("a peer with the secret that claims an honest node's id neither answer
   context->join();
 }
 
+TEST_CASE("an actor that ends while serveFrom waits at the owner frees what it serves with") {
+  // The serving closure holds itself until `done` runs, which an actor
+  // that ends first never gets to: before, it and all it held leaked.
+  TestNode owner, client;
+  WorkQueue<int32_t, int32_t> queue(4);
+  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "jobs"));
+  auto opened = actorpipe::remote::openWorkQueue<int32_t, int32_t>(client.node(), owner.node().url("shm"), "jobs");
+  REQUIRE(opened);
+  auto held = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = held;
+  auto server = client.system().spawn([to = *opened, held](caf::event_based_actor* self) -> caf::behavior {
+    actorpipe::remote::serveFrom<int32_t, int32_t>(
+        self, to, [held](int32_t q) { return q + *held; }, [](caf::error) {});
+    return {[](int32_t) {}};
+  });
+  held.reset();
+  std::this_thread::sleep_for(50ms);  // its read waits at the owner (no job)
+  caf::scoped_actor self{client.system()};
+  self->monitor(server);
+  self->send_exit(server, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {});
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!watch.expired() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(watch.expired());
+}
+
 // `done` runs in the serving actor: one that throws is that actor's own
 // exception (its handler sees it), and the serving closure, which holds
 // itself while it serves, is freed all the same.

@@ -29,7 +29,8 @@ namespace actorpipe::remote::detail {
 // The link a peer's actor speaks on (its proxy's, a number unique in the
 // process), or 0 for this node's own actors. Shares are counted by link,
 // not by the CAF node id a peer's HELLO states: a peer with the secret
-// that claims an honest node's id gets a share of its own.
+// that claims an honest node's id gets a share of its own. A null sender
+// is 0 too: callers refuse anonymous requests first.
 uint64_t peerLinkOf(const caf::strong_actor_ptr& sender);
 
 // The bytes a peer's message took on the wire (tensors included), for the
