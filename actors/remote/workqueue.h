@@ -286,8 +286,10 @@ caf::expected<WorkQueueActor<Q, A>> openWorkQueue(Node& node, const std::string&
 // RemoteWorkFailed at the owner), and reads the next, one job at a time,
 // while it goes on handling its other messages. `done(error)` runs once:
 // no error when the queue is drained, else why the owner cannot be served
-// (its node lost or gone, a status that is no Status). Q and A are named:
-// serveFrom<Q, A>(self, owner, fn, done).
+// (its node lost or gone, a status that is no Status); never if the actor
+// ends first (what `fn` and `done` hold is freed then). Each call leaves a
+// small attachable on the actor until it ends (CAF 0.17 cannot detach a
+// functor). Q and A are named: serveFrom<Q, A>(self, owner, fn, done).
 template <class Q, class A, class Self, class Fn, class Done>
 void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
   using dataflow::Status;
@@ -344,7 +346,7 @@ void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
   // An actor that ends while serving drops the pending handler or the
   // delayed retry, so `finish` never runs: its end ends the cycle instead.
   self->attach_functor([next] { *next = nullptr; });
-  (*next)();
+  if (*next) (*next)();  // (an actor already cleaned up ran that at once)
 }
 
 // A worker of a workqueue another node owns. Movable, not copyable, like
