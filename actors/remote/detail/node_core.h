@@ -136,9 +136,6 @@ class Link : public std::enable_shared_from_this<Link> {
   void start();
 
   const std::string& url() const { return url_; }
-  // This link's number, unique in the process (never 0): what a peer's
-  // share of an owner is counted by (peerLinkOf).
-  uint64_t serial() const { return serial_; }
   std::string peerIdentity();
   caf::node_id peerNodeId();
   // Where the peer listens, as its HELLO said.
@@ -282,6 +279,8 @@ class Link : public std::enable_shared_from_this<Link> {
   const NodeOptions options_;
   std::shared_ptr<Pipe> pipe_;
   const std::string url_;
+  // This link's number, unique in the process (never 0), given to its
+  // proxies: what a peer's share of an owner is counted by (peerLinkOf).
   const uint64_t serial_;
   const std::shared_ptr<BufferPool> pool_;
   // Peers' messages are enqueued with it: hosted actors run on the loop.
