@@ -1046,6 +1046,71 @@ TEST_CASE("a peer claiming this node's CAF node id is cut off") {
   context->join();
 }
 
+TEST_CASE("a peer with the secret that claims an honest node's id cannot plant its handles for that node's actors") {
+  // Handles resolve per link: before, the node kept one registry keyed by
+  // node id, and the hand-made peer's handle of "C's actor" was what C's
+  // own later message naming that actor resolved to (the keeper then
+  // called the hand-made peer, which never answers).
+  NodeOptions patient = TestNode::quick();
+  patient.heartbeatTimeout = 120s;  // the hand-made peer sends no BEATs
+  TestNode victim(patient);
+  TestNode c;
+  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+  auto added = c.own(c.system().spawn(adder));
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(victim.node().url("tcp"));
+  uint64_t target = attackerHello(*pipe, "keeper", c.system().node());
+  // Encoded by C's system: the handle says C's node and the adder's id.
+  attackerAsk(*pipe, c.system(), target, 5, 1, caf::make_message(keep_atom::value, added));
+  REQUIRE(attackerAnswered(*pipe, 5, 1));
+  auto keeperAtVictim = c.node().remoteActor(victim.node().url("tcp"), "keeper");
+  REQUIRE(keeperAtVictim);
+  caf::scoped_actor self{c.system()};
+  keepCallGiveBack(self, *keeperAtVictim, added, added);
+  pipe->close();
+  context->join();
+}
+
+TEST_CASE("a third node's actor's handle outlives the link whose message brought it") {
+  // A link that ends lets go of its registry, whose handles of a third
+  // node's actors are that node's link's proxies: they live on (CAF's
+  // registry kills what it lets go of; a link spares what is not its own).
+  TestNode b;
+  TestNode c;
+  auto keeping = b.own(b.system().spawn(keeper));
+  REQUIRE(!b.node().publish(keeping, "keeper"));
+  auto added = c.own(c.system().spawn(adder));
+  REQUIRE(!c.node().publish(added, "adder"));
+  {
+    TestNode a;
+    auto keeperAtB = a.node().remoteActor(b.node().url("tcp"), "keeper");
+    auto adderAtC = a.node().remoteActor(c.node().url("tcp"), "adder");
+    REQUIRE(keeperAtB);
+    REQUIRE(adderAtC);
+    caf::scoped_actor self{a.system()};
+    keepCallGiveBack(self, *keeperAtB, *adderAtC, *adderAtC);
+    REQUIRE(b.node().peers().size() == 2);
+    a.leave();
+  }
+  bool gone = false;
+  for (int i = 0; i < 1000 && !gone; ++i) {
+    gone = b.node().peers().size() == 1;
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(gone);
+  // C asks B's keeper to call what it kept (C's adder, through B's own
+  // link to C): alive, and no down_msg came.
+  auto keeperAtB = c.node().remoteActor(b.node().url("tcp"), "keeper");
+  REQUIRE(keeperAtB);
+  caf::scoped_actor self{c.system()};
+  auto sum = ask<int32_t>(self, *keeperAtB, caf::make_message(call_atom::value, int32_t(1)));
+  REQUIRE_MESSAGE(sum, render(c.system(), sum.error()));
+  CHECK(*sum == 2);
+  auto downs = ask<std::vector<std::string>>(self, *keeperAtB, caf::make_message(downs_atom::value));
+  REQUIRE(downs);
+  CHECK(downs->empty());
+}
+
 TEST_CASE("a peer that WATCHes an actor it was never given gets its DOWN and no way in") {
   TestNode victim;
   REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));

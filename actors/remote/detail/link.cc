@@ -55,9 +55,10 @@ int64_t ticks(Link::Clock::time_point t) { return t.time_since_epoch().count(); 
 // wait for the window (the credit it waits for arrives on a loop).
 thread_local bool tInPipeCallback = false;
 
-// The link whose peer's message CAF decodes on this thread: the node's
-// handle registry asks it for proxies (NodeCore::make_proxy).
-thread_local Link* tDecoding = nullptr;
+// Set while a link that ended lets go of its registry: CAF's registry kills
+// every proxy it lets go of, and a third node's actor's proxy is not this
+// link's to kill (its own link kills it when that link or the actor ends).
+thread_local bool tSparing = false;
 
 // Set while a peer's LINK or UNLINK is applied here: the proxy's half of
 // that link is the peer's already, and says nothing back.
@@ -152,6 +153,7 @@ class Proxy final : public caf::actor_proxy {
   }
 
   void kill_proxy(caf::execution_unit* context, caf::error reason) override {
+    if (tSparing) return;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       link_.reset();
@@ -203,8 +205,19 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
       lastWrite_(ticks(Clock::now())),
+      handles_(new caf::proxy_registry(node->system(), *this)),
       decodeUnit_(&node->system()) {
-  decodeUnit_.proxy_registry_ptr(&node->handles());
+  decodeUnit_.proxy_registry_ptr(handles_.get());
+}
+
+Link::~Link() {
+  // The peer's actors' proxies were killed when the link failed; the rest
+  // are other links' (their handleAids_ entries of this link are pruned as
+  // they find it gone).
+  bool sparing = tSparing;
+  tSparing = true;
+  handles_.reset();
+  tSparing = sparing;
 }
 
 void Link::DecodeUnit::exec_later(caf::resumable* job) { system().scheduler().enqueue(job); }
@@ -1201,14 +1214,12 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
       bool mayHold = options_.automaticConnections;
       unknownNodes_.clear();
       tooManyNodes_ = false;
-      tDecoding = this;
       Error bad = frame.kind == Frame::Kind::kInline
                       ? decodeMessage(system_, frame.body.data(), frame.body.size(), {}, content,
                                       &decodeUnit_)
                       : decodeMessage(system_, in.payload.data(), in.payload.size(),
                                       mayHold ? in.tensors : std::move(in.tensors), content,
                                       &decodeUnit_);
-      tDecoding = nullptr;
       size_t unreachable = 0;
       if (!settleHandles(unreachable)) {
         failProtocol(ACTORPIPE_ERROR(ProtocolError, "the peer sent handles of more than " +
@@ -1286,7 +1297,7 @@ bool Link::onFrame(Frame& frame, Incoming& in) {
       }
       caf::strong_actor_ptr proxy;
       std::vector<caf::strong_actor_ptr> held;  // released after the kill
-      std::map<caf::actor_id, std::weak_ptr<Link>> handle;  // in the node's registry
+      HeldHandles handle;  // in registries
       {
         std::lock_guard<std::mutex> guard(mutex_);
         auto it = proxies_.find(frame.aid);
@@ -1516,11 +1527,7 @@ void Link::onWatch(caf::actor_id aid) {
   node->exportActor(actor);  // its end goes to peers as its DOWN
 }
 
-caf::strong_actor_ptr NodeCore::make_proxy(caf::node_id nid, caf::actor_id aid) {
-  return tDecoding != nullptr ? tDecoding->makeHandle(nid, aid) : nullptr;
-}
-
-caf::strong_actor_ptr Link::makeHandle(const caf::node_id& nid, caf::actor_id aid) {
+caf::strong_actor_ptr Link::make_proxy(caf::node_id nid, caf::actor_id aid) {
   // get_or_put keeps what this returns, a null too: settleHandles erases
   // the refused ones, so the registry holds only proxies. (Every link of a
   // node decodes on its Context's one loop: nothing else runs between.)
@@ -1562,20 +1569,28 @@ bool Link::holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (dead_) return false;
-    // The registry asks only for what it lacks, and an entry leaves
-    // handleAids_ before it leaves the registry: `aid` is not here.
-    handleAids_[aid] = introducer;
+    // A registry asks only for what it lacks, and an entry leaves
+    // handleAids_ before it leaves the registry: `introducer` is not here
+    // (but links that ended may be: their entries went with them).
+    auto& introducers = handleAids_[aid];
+    introducers.erase(std::remove_if(introducers.begin(), introducers.end(),
+                                     [](const std::weak_ptr<Link>& l) { return l.expired(); }),
+                      introducers.end());
+    introducers.push_back(introducer);
   }
   ++introducer->introduced_;
   return true;
 }
 
-void Link::releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, const caf::error& reason) {
-  auto node = node_.lock();
+void Link::releaseHandles(HeldHandles held, const caf::error& reason) {
   caf::node_id peer = peerNodeId();
   for (auto& entry : held) {
-    if (node) node->handles().erase(peer, entry.first, reason);  // kills the proxy
-    if (auto introducer = entry.second.lock()) --introducer->introduced_;
+    for (auto& weak : entry.second) {
+      auto introducer = weak.lock();
+      if (!introducer) continue;
+      introducer->handles_->erase(peer, entry.first, reason);  // kills the proxy
+      --introducer->introduced_;
+    }
   }
 }
 
@@ -1585,9 +1600,8 @@ bool Link::settleHandles(size_t& unreachable) {
       !handleOverflow_) {
     return true;  // most messages hold no handle: nothing to settle
   }
-  auto node = node_.lock();
   for (const auto& refused : refusedHandles_) {
-    if (node) node->handles().erase(refused.first, refused.second);  // a null entry: nothing killed
+    handles_->erase(refused.first, refused.second);  // a null entry: nothing killed
   }
   refusedHandles_.clear();
   unreachable = unreachableHandles_;
@@ -1716,7 +1730,7 @@ void Link::fail(const caf::error& reason) {
   for (auto& proxy : proxies) {
     caf::actor_cast<caf::actor_proxy*>(proxy)->kill_proxy(nullptr, reason);
   }
-  std::map<caf::actor_id, std::weak_ptr<Link>> handles;
+  HeldHandles handles;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     handles.swap(handleAids_);

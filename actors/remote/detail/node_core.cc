@@ -55,8 +55,7 @@ NodeCore::NodeCore(caf::actor_system& system, NodeOptions options)
       identity_(makeIdentity()),
       // Large received tensors' memory, reused: up to one window of it.
       pool_(std::make_shared<BufferPool>(options_.windowBytes, size_t{1} << 20)),
-      context_(makeContext(system_, options_, identity_)),
-      handles_(system, *this) {}
+      context_(makeContext(system_, options_, identity_)) {}
 
 void NodeCore::start() {
   listener_ = context_->listen(options_.listen);

@@ -47,8 +47,7 @@ namespace actorpipe::remote::detail {
 
 class Link;
 
-class NodeCore : public std::enable_shared_from_this<NodeCore>,
-                 private caf::proxy_registry::backend {
+class NodeCore : public std::enable_shared_from_this<NodeCore> {
  public:
   NodeCore(caf::actor_system& system, NodeOptions options);
   void start();
@@ -81,12 +80,6 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>,
   std::shared_ptr<Link> linkTo(const std::string& url);
   // A live link whose peer is the node `nid`; null if none.
   std::shared_ptr<Link> linkToNode(const caf::node_id& nid);
-  // Proxies of other nodes' actors whose handles came inside messages,
-  // keyed by (node id, actor id), as CAF's middleman keeps them: each held
-  // until its actor's DOWN or the end of the link it lives on. CAF's
-  // deserializer asks it (through a link's decoding unit) for every handle
-  // that is not this node's.
-  caf::proxy_registry& handles() { return handles_; }
   void linkClosed(const std::shared_ptr<Link>& link);
   std::vector<std::string> peers();
   std::vector<LinkStats> stats();
@@ -95,9 +88,6 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>,
   void acceptNext();
   void onLocalDown(caf::actor_id aid, const caf::error& reason);
   void tick();
-  // The registry's backend: asks the link whose message is being decoded.
-  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
-  void set_last_hop(caf::node_id*) override {}
 
   caf::actor_system& system_;
   const NodeOptions options_;
@@ -122,16 +112,23 @@ class NodeCore : public std::enable_shared_from_this<NodeCore>,
   std::condition_variable tickWake_;
   bool stopTicker_{false};
   std::thread ticker_;
-
-  // Last: destroyed first, killing what proxies it still holds.
-  caf::proxy_registry handles_;
 };
 
-class Link : public std::enable_shared_from_this<Link> {
+// Handles inside a peer's messages resolve in its link's own registry, not
+// in one of the node's keyed by node id (as CAF's middleman keeps them): a
+// peer with the secret may claim any node id in its HELLO, and with one
+// registry its handles of "node N's actor 7" were what an honest N's later
+// messages naming its actor 7 resolved to. Per link, a handle of the
+// peer's own node is always a proxy on that link.
+class Link : public std::enable_shared_from_this<Link>, private caf::proxy_registry::backend {
  public:
   using Clock = std::chrono::steady_clock;
 
   Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, std::string url);
+  // Lets go of this link's handles: its peer's actors' proxies are killed
+  // (fail() did), a third node's actors' proxies live on (they belong to
+  // that node's link, and handles other links brought may share them).
+  ~Link() override;
   // Says HELLO and starts reading.
   void start();
 
@@ -144,11 +141,6 @@ class Link : public std::enable_shared_from_this<Link> {
   // `fn` once the peer's HELLO came or the link died (at once if either
   // happened), on whichever thread saw it.
   void whenReady(std::function<void()> fn);
-  // CAF's deserializer, decoding this link's message, found a handle of
-  // node `nid`'s actor `aid` that the node's registry lacks: a proxy on
-  // the live link to that node (this one, or another), or null (loop only,
-  // under the registry's lock; NodeCore::make_proxy calls it).
-  caf::strong_actor_ptr makeHandle(const caf::node_id& nid, caf::actor_id aid);
 
   // From a proxy: `element` is for the peer's actor `target`.
   void forward(caf::mailbox_element_ptr element, caf::actor_id target,
@@ -235,12 +227,19 @@ class Link : public std::enable_shared_from_this<Link> {
   // many named nodes without a live link here; false if the peer went past
   // maxPeerHandles.
   bool settleHandles(size_t& unreachable);
-  // The peer's actor `aid` is held in the node's registry for a message
-  // `introducer` brought; false if this link is dead.
+  // The registry's backend. CAF's deserializer, decoding this link's
+  // message, found a handle of node `nid`'s actor `aid` that this link's
+  // registry lacks: a proxy on the live link to that node (this one, or
+  // another), or null (loop only, under the registry's lock).
+  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
+  void set_last_hop(caf::node_id*) override {}
+  // The peer's actor `aid` is held in `introducer`'s registry for a message
+  // it brought; false if this link is dead.
   bool holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer);
-  // The registry's entries of the peer's actors go (killed with `reason`);
-  // their introducers count them no more.
-  void releaseHandles(std::map<caf::actor_id, std::weak_ptr<Link>> held, const caf::error& reason);
+  // The registries' entries of the peer's actors go (killed with
+  // `reason`); their introducers count them no more.
+  using HeldHandles = std::map<caf::actor_id, std::vector<std::weak_ptr<Link>>>;
+  void releaseHandles(HeldHandles held, const caf::error& reason);
   // Introductions (loop only). A decoded message named nodes without a
   // link here (unknownNodes_): ask the peer where each listens (WHERE), link
   // there (AT), then decode it again. Meanwhile it and the peer's frames
@@ -349,16 +348,17 @@ class Link : public std::enable_shared_from_this<Link> {
   uint64_t peerWindowBytes_{0};
   uint64_t heldMessages_{0};  // the peer's, read and not yet done with here
   uint64_t heldBytes_{0};
-  // Handles that came inside messages (NodeCore::handles()): the ones of
-  // this peer's actors held in the node's registry through this link, each
-  // with the link whose message brought it (its `introduced_` counts it).
-  // Under mutex_.
-  std::map<caf::actor_id, std::weak_ptr<Link>> handleAids_;
-  // Entries this link's messages put in the node's registry and that are
-  // still there; at most maxPeerHandles.
+  // Handles that came inside messages: the ones of this peer's actors,
+  // each with the links whose messages brought it and whose registries
+  // hold it (their `introduced_` counts it). Under mutex_.
+  HeldHandles handleAids_;
+  // Entries this link's messages put in its registry and that are still
+  // there; at most maxPeerHandles.
   std::atomic<size_t> introduced_{0};
+  // This link's handles (make_proxy); a pointer, let go first in ~Link.
+  std::unique_ptr<caf::proxy_registry> handles_;
   // The unit that decodes this link's messages: CAF's deserializer finds
-  // the node's registry through it. Decoding state, loop only:
+  // the registry through it. Decoding state, loop only:
   class DecodeUnit final : public caf::execution_unit {
    public:
     using caf::execution_unit::execution_unit;
