@@ -153,6 +153,7 @@ struct LinkStats {
   size_t maxInFlightBytes{0};
   size_t heldBack{0};  // sends that waited for the window
   size_t proxies{0};   // the peer's actors with a proxy here now
+  size_t handles{0};   // of those, the ones held for handles inside messages
   size_t pendingRequests{0};  // requests to its actors awaiting answers
 };
 

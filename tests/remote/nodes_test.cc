@@ -1046,17 +1046,32 @@ TEST_CASE("a peer claiming this node's CAF node id is cut off") {
   context->join();
 }
 
+// A victim node that publishes a keeper, patient with hand-made peers
+// (they send no BEATs), and another node with an adder.
+struct KeeperAndAdder {
+  static NodeOptions patient() {
+    NodeOptions options = TestNode::quick();
+    options.heartbeatTimeout = 120s;
+    return options;
+  }
+  KeeperAndAdder() : victim(patient()) {
+    REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
+    added = other.own(other.system().spawn(adder));
+  }
+  TestNode victim;
+  TestNode other;
+  caf::actor added;
+};
+
 TEST_CASE("a peer with the secret that claims an honest node's id cannot plant its handles for that node's actors") {
   // Handles resolve per link: before, the node kept one registry keyed by
   // node id, and the hand-made peer's handle of "C's actor" was what C's
   // own later message naming that actor resolved to (the keeper then
   // called the hand-made peer, which never answers).
-  NodeOptions patient = TestNode::quick();
-  patient.heartbeatTimeout = 120s;  // the hand-made peer sends no BEATs
-  TestNode victim(patient);
-  TestNode c;
-  REQUIRE(!victim.node().publish(victim.own(victim.system().spawn(keeper)), "keeper"));
-  auto added = c.own(c.system().spawn(adder));
+  KeeperAndAdder nodes;
+  TestNode& victim = nodes.victim;
+  TestNode& c = nodes.other;
+  const caf::actor& added = nodes.added;
   auto context = testing::makeContext("attacker");
   auto pipe = context->connect(victim.node().url("tcp"));
   uint64_t target = attackerHello(*pipe, "keeper", c.system().node());
@@ -1069,6 +1084,40 @@ TEST_CASE("a peer with the secret that claims an honest node's id cannot plant i
   keepCallGiveBack(self, *keeperAtVictim, added, added);
   pipe->close();
   context->join();
+}
+
+TEST_CASE("a link that ends is forgotten by the links whose actors' handles it brought") {
+  // Each link that brought a handle of a third node's actor is named at
+  // that node's link until the actor's DOWN: before, a peer that brought
+  // handles and went, over and over, left its links named there for ever.
+  KeeperAndAdder nodes;
+  TestNode& victim = nodes.victim;
+  TestNode& m = nodes.other;
+  const caf::actor& added = nodes.added;
+  REQUIRE(!m.node().publish(added, "adder"));
+  REQUIRE(victim.node().remoteActor(m.node().url("tcp"), "adder"));  // the victim links to M
+  auto handlesHeld = [&] {
+    size_t n = 0;
+    for (const auto& link : victim.node().stats()) n += link.handles;
+    return n;
+  };
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    auto context = testing::makeContext("attacker");
+    auto pipe = context->connect(victim.node().url("tcp"));
+    uint64_t target = attackerHello(*pipe, "keeper");
+    attackerAsk(*pipe, m.system(), target, 5, 1, caf::make_message(keep_atom::value, added));
+    REQUIRE(attackerAnswered(*pipe, 5, 1));
+    CHECK(handlesHeld() == 1);
+    pipe->close();
+    context->join();
+    bool forgotten = false;
+    for (int i = 0; i < 1000 && !forgotten; ++i) {
+      forgotten = victim.node().peers().size() == 1 && handlesHeld() == 0;
+      if (!forgotten) std::this_thread::sleep_for(10ms);
+    }
+    CHECK(forgotten);
+  }
 }
 
 TEST_CASE("a third node's actor's handle outlives the link whose message brought it") {
@@ -1106,6 +1155,9 @@ TEST_CASE("a third node's actor's handle outlives the link whose message brought
   auto sum = ask<int32_t>(self, *keeperAtB, caf::make_message(call_atom::value, int32_t(1)));
   REQUIRE_MESSAGE(sum, render(c.system(), sum.error()));
   CHECK(*sum == 2);
+  // (The link to A is let go once nothing holds it: a while for a kill to
+  // show, were there one.)
+  std::this_thread::sleep_for(100ms);
   auto downs = ask<std::vector<std::string>>(self, *keeperAtB, caf::make_message(downs_atom::value));
   REQUIRE(downs);
   CHECK(downs->empty());

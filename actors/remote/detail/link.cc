@@ -212,8 +212,11 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
 
 Link::~Link() {
   // The peer's actors' proxies were killed when the link failed; the rest
-  // are other links' (their handleAids_ entries of this link are pruned as
-  // they find it gone).
+  // are other links': they forget this link (no decode runs now to add to
+  // introducedAt_), and what its registry held of theirs is spared.
+  for (auto& entry : introducedAt_) {
+    if (auto owner = entry.second.lock()) owner->dropIntroducers(entry.first.second);
+  }
   bool sparing = tSparing;
   tSparing = true;
   handles_.reset();
@@ -628,6 +631,7 @@ LinkStats Link::stats() {
   out.peer = peer_;
   out.pendingRequests = pending_.size();
   out.proxies = proxies_.size();  // a proxy's entry goes when it ends (forgetProxy)
+  out.handles = handleAids_.size();
   return out;
 }
 
@@ -1560,9 +1564,26 @@ caf::strong_actor_ptr Link::make_proxy(caf::node_id nid, caf::actor_id aid) {
     ++unreachableHandles_;
     return nullptr;
   }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    introducedAt_[{owner->serial_, aid}] = owner;
+  }
   newHandles_.emplace_back(owner, aid);
   refusedHandles_.pop_back();
   return proxy;
+}
+
+void Link::dropIntroducers(caf::actor_id aid) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = handleAids_.find(aid);
+  if (it == handleAids_.end()) return;
+  auto& introducers = it->second;
+  introducers.erase(std::remove_if(introducers.begin(), introducers.end(),
+                                   [](const std::weak_ptr<Link>& l) { return l.expired(); }),
+                    introducers.end());
+  // The proxy stays until its actor's DOWN or this link's end, as one
+  // the peer's own messages brought and no registry holds now would.
+  if (introducers.empty()) handleAids_.erase(it);
 }
 
 bool Link::holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer) {
@@ -1570,13 +1591,8 @@ bool Link::holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer
     std::lock_guard<std::mutex> guard(mutex_);
     if (dead_) return false;
     // A registry asks only for what it lacks, and an entry leaves
-    // handleAids_ before it leaves the registry: `introducer` is not here
-    // (but links that ended may be: their entries went with them).
-    auto& introducers = handleAids_[aid];
-    introducers.erase(std::remove_if(introducers.begin(), introducers.end(),
-                                     [](const std::weak_ptr<Link>& l) { return l.expired(); }),
-                      introducers.end());
-    introducers.push_back(introducer);
+    // handleAids_ before it leaves the registry: `introducer` is not here.
+    handleAids_[aid].push_back(introducer);
   }
   ++introducer->introduced_;
   return true;
@@ -1590,6 +1606,8 @@ void Link::releaseHandles(HeldHandles held, const caf::error& reason) {
       if (!introducer) continue;
       introducer->handles_->erase(peer, entry.first, reason);  // kills the proxy
       --introducer->introduced_;
+      std::lock_guard<std::mutex> guard(introducer->mutex_);
+      introducer->introducedAt_.erase({serial_, entry.first});
     }
   }
 }
@@ -1601,7 +1619,9 @@ bool Link::settleHandles(size_t& unreachable) {
     return true;  // most messages hold no handle: nothing to settle
   }
   for (const auto& refused : refusedHandles_) {
-    handles_->erase(refused.first, refused.second);  // a null entry: nothing killed
+    // Only this loop adds entries: one still null is a refusal (the same
+    // handle may have been refused, then taken, in one message).
+    if (!handles_->get(refused.first, refused.second)) handles_->erase(refused.first, refused.second);
   }
   refusedHandles_.clear();
   unreachable = unreachableHandles_;

@@ -39,8 +39,8 @@ Error encodeMessage(caf::actor_system& system, const caf::message& message, Enco
 
 // `tensors` are those that came with the bytes; each must be used once.
 // Actor handles inside resolve through `unit`'s proxy registry (other
-// nodes' actors: the node's handle registry, through a link's decoding
-// unit); without one, only this node's actors in CAF's registry resolve
+// nodes' actors: the registry of the link the message came on, through its
+// decoding unit); without one, only this node's actors in CAF's registry resolve
 // and any other handle fails the decoding.
 Error decodeMessage(caf::actor_system& system, const char* data, size_t size,
                     std::vector<Tensor> tensors, caf::message& out,

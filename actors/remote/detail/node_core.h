@@ -236,6 +236,8 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   // The peer's actor `aid` is held in `introducer`'s registry for a message
   // it brought; false if this link is dead.
   bool holdHandle(caf::actor_id aid, const std::shared_ptr<Link>& introducer);
+  // A link that held the peer's actor `aid` in its registry has ended.
+  void dropIntroducers(caf::actor_id aid);
   // The registries' entries of the peer's actors go (killed with
   // `reason`); their introducers count them no more.
   using HeldHandles = std::map<caf::actor_id, std::vector<std::weak_ptr<Link>>>;
@@ -355,6 +357,9 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   // Entries this link's messages put in its registry and that are still
   // there; at most maxPeerHandles.
   std::atomic<size_t> introduced_{0};
+  // Those entries: (owner link's serial, actor id) -> the owner, whose
+  // handleAids_ names this link. Under mutex_.
+  std::map<std::pair<uint64_t, caf::actor_id>, std::weak_ptr<Link>> introducedAt_;
   // This link's handles (make_proxy); a pointer, let go first in ~Link.
   std::unique_ptr<caf::proxy_registry> handles_;
   // The unit that decodes this link's messages: CAF's deserializer finds

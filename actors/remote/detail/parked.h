@@ -85,6 +85,8 @@ class ParkedBook {
   // A requester went: what it parked may be let go.
   void departed() { departed_ = true; }
   size_t perNode() const { return perNode_; }
+  // Peers with an entry (those with nothing parked go once 256 have one).
+  size_t peersKept() const { return counts_.size(); }
 
  private:
   struct Counts {
