@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "../support/harness.h"
+#include "attacker.h"
 #include "remote_support.h"
 
 #include <actorpipe/actors/dataflow/dag.h>
@@ -175,7 +176,8 @@ struct ParkingNodes {
     options.maxParkedPerPeer = 4;
     return options;
   }
-  ParkingNodes() : owner(bound4()), empty(4), full(1) {
+  explicit ParkingNodes(NodeOptions ownerOptions = bound4())
+      : owner(std::move(ownerOptions)), empty(4), full(1) {
     REQUIRE(full.write(int32_t(0)) == Status::kOpen);
     REQUIRE(!actorpipe::remote::exportChannel(owner.node(), empty, "empty"));
     REQUIRE(!actorpipe::remote::exportChannel(owner.node(), full, "full"));
@@ -355,6 +357,36 @@ TEST_CASE("a node's reads and writes waiting at a channel's owner are bounded (m
   CHECK(answered(*readAnswers, 1, false));
   CHECK(readAnswers->errors.empty());
   CHECK(writeAnswers->errors.empty());
+}
+
+TEST_CASE("a peer with the secret that claims an honest node's id has a share of its own at a channel's owner") {
+  // Shares are the link's (peerLinkOf), not the node id a HELLO states:
+  // counted by node id, the hand-made peer's four parked reads were the
+  // honest node's share too, and its reads were refused for ever.
+  auto options = ParkingNodes::bound4();
+  options.heartbeatTimeout = 120s;  // the hand-made peer sends no BEATs
+  ParkingNodes nodes(options);
+  auto [client, empty, full, emptyOwner, fullOwner] = nodes.parts();
+  auto context = testing::makeContext("attacker");
+  auto pipe = context->connect(nodes.owner.node().url("tcp"));
+  uint64_t owner = attackerHello(*pipe, actorpipe::remote::detail::channelName("empty"),
+                                 client.system().node());
+  constexpr uint64_t kAttacker = 5;
+  for (uint64_t i = 1; i <= 5; ++i) {
+    attackerAsk(*pipe, client.system(), owner, kAttacker, i,
+                caf::make_message(actorpipe::remote::channel_read_atom::value));
+  }
+  REQUIRE(attackerAnswered(*pipe, kAttacker, 1));  // the fifth, refused; four wait
+  auto answers = std::make_shared<ParkedAnswers>();
+  auto reader = client.system().spawn(parker, emptyOwner, answers);
+  REQUIRE(park(client, reader, park_read_atom::value));
+  for (int i = 0; i < 3; ++i) CHECK(park(client, reader, park_read_atom::value));
+  CHECK(tooMany(client, emptyOwner, actorpipe::remote::channel_read_atom::value));
+  empty.close();
+  CHECK(answered(*answers, 4, false));
+  CHECK(answers->errors.empty());
+  pipe->close();
+  context->join();
 }
 
 TEST_CASE("anonymous requests at a channel's owner: no read, and a write only if it need not wait") {
