@@ -34,6 +34,7 @@
 #include <utility>
 
 #include <caf/atom.hpp>
+#include <caf/attachable.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/sec.hpp>
@@ -72,6 +73,32 @@ class RemoteWorkFailed : public std::runtime_error {
 };
 
 namespace detail {
+
+// serveFrom's cycle, ended by its actor's end; detached (by its token)
+// when serving ends first. Counted, for tests.
+class ServingEnd final : public caf::attachable {
+ public:
+  struct Token {
+    static constexpr size_t token_type = 0x61707366;  // "apsf": none of CAF's
+    const void* cycle;
+  };
+  explicit ServingEnd(std::shared_ptr<std::function<void()>> next) : next_(std::move(next)) {
+    live().fetch_add(1, std::memory_order_relaxed);
+  }
+  ~ServingEnd() override { live().fetch_sub(1, std::memory_order_relaxed); }
+  void actor_exited(const caf::error&, caf::execution_unit*) override { *next_ = nullptr; }
+  bool matches(const token& what) override {
+    return what.subtype == Token::token_type &&
+           static_cast<const Token*>(what.ptr)->cycle == next_.get();
+  }
+  static std::atomic<size_t>& live() {
+    static std::atomic<size_t> count{0};
+    return count;
+  }
+
+ private:
+  std::shared_ptr<std::function<void()>> next_;
+};
 
 inline std::string workQueueName(const std::string& name) { return "workqueue:" + name; }
 
@@ -287,18 +314,20 @@ caf::expected<WorkQueueActor<Q, A>> openWorkQueue(Node& node, const std::string&
 // while it goes on handling its other messages. `done(error)` runs once:
 // no error when the queue is drained, else why the owner cannot be served
 // (its node lost or gone, a status that is no Status); never if the actor
-// ends first (what `fn` and `done` hold is freed then). Each call leaves a
-// small attachable on the actor until it ends (CAF 0.17 cannot detach a
-// functor). Q and A are named: serveFrom<Q, A>(self, owner, fn, done).
+// ends first (what `fn` and `done` hold is freed then). Q and A are named:
+// serveFrom<Q, A>(self, owner, fn, done).
 template <class Q, class A, class Self, class Fn, class Done>
 void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
   using dataflow::Status;
   auto next = std::make_shared<std::function<void()>>();
   // Ends the cycle through the closure (it holds itself) before `done`
   // runs: `done` runs in the caller's actor, and one that throws is that
-  // actor's own exception (CAF's rules), but leaks nothing.
-  auto finish = [next, done](caf::error error) mutable {
+  // actor's own exception (CAF's rules), but leaks nothing. The actor's
+  // end has nothing left to end then: its attachable goes too (an actor
+  // that serves again and again would otherwise gather one per call).
+  auto finish = [self, next, done](caf::error error) mutable {
     *next = nullptr;
+    self->detach(detail::ServingEnd::Token{next.get()});
     done(std::move(error));
   };
   *next = [self, owner, fn, next, finish]() mutable {
@@ -345,7 +374,7 @@ void serveFrom(Self* self, WorkQueueActor<Q, A> owner, Fn fn, Done done) {
   };
   // An actor that ends while serving drops the pending handler or the
   // delayed retry, so `finish` never runs: its end ends the cycle instead.
-  self->attach_functor([next] { *next = nullptr; });
+  self->attach(caf::attachable_ptr(new detail::ServingEnd(next)));
   if (*next) (*next)();  // (an actor already cleaned up ran that at once)
 }
 

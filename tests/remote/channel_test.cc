@@ -376,7 +376,16 @@ TEST_CASE("a peer with the secret that claims an honest node's id has a share of
     attackerAsk(*pipe, client.system(), owner, kAttacker, i,
                 caf::make_message(actorpipe::remote::channel_read_atom::value));
   }
-  REQUIRE(attackerAnswered(*pipe, kAttacker, 1));  // the fifth, refused; four wait
+  // One sender's requests are handled in order: the first answer is the
+  // fifth's (refused), so the four before it wait.
+  uint64_t firstAnswered = 0;
+  REQUIRE(awaitFrame(*pipe, [&](const actorpipe::remote::detail::Frame& f) {
+    using Kind = actorpipe::remote::detail::Frame::Kind;
+    if (f.aid != kAttacker || (f.kind != Kind::kMessage && f.kind != Kind::kInline)) return false;
+    firstAnswered = f.messageId & 0xffffffffu;
+    return true;
+  }));
+  REQUIRE(firstAnswered == 5);
   auto answers = std::make_shared<ParkedAnswers>();
   auto reader = client.system().spawn(parker, emptyOwner, answers);
   REQUIRE(park(client, reader, park_read_atom::value));

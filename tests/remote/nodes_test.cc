@@ -1155,9 +1155,16 @@ TEST_CASE("a third node's actor's handle outlives the link whose message brought
   auto sum = ask<int32_t>(self, *keeperAtB, caf::make_message(call_atom::value, int32_t(1)));
   REQUIRE_MESSAGE(sum, render(c.system(), sum.error()));
   CHECK(*sum == 2);
-  // (The link to A is let go once nothing holds it: a while for a kill to
-  // show, were there one.)
-  std::this_thread::sleep_for(100ms);
+  // Once the link to A is let go (its registry with it), B's link to C
+  // holds the adder's handle for nobody: a kill would have come by then.
+  bool letGo = false;
+  for (int i = 0; i < 1000 && !letGo; ++i) {
+    size_t held = 0;
+    for (const auto& link : b.node().stats()) held += link.handles;
+    letGo = held == 0;
+    if (!letGo) std::this_thread::sleep_for(10ms);
+  }
+  CHECK(letGo);
   auto downs = ask<std::vector<std::string>>(self, *keeperAtB, caf::make_message(downs_atom::value));
   REQUIRE(downs);
   CHECK(downs->empty());

@@ -110,6 +110,20 @@ caf::behavior readParker(caf::event_based_actor* self, caf::actor owner,
   }};
 }
 
+// An owner node that exports `queue` as "q", and a node with its owner's
+// handle (over shm).
+struct ServedQueue {
+  explicit ServedQueue(size_t capacity) : queue(capacity) {
+    REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "q"));
+    auto opened = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(), owner.node().url("shm"), "q");
+    REQUIRE(opened);
+    handle = *opened;
+  }
+  TestNode owner, node;
+  WorkQueue<int32_t, int32_t> queue;
+  actorpipe::remote::WorkQueueActor<int32_t, int32_t> handle;
+};
+
 bool parked(TestNode& node, const caf::actor& parker) {
   caf::scoped_actor self{node.system()};
   bool yes = false;
@@ -393,15 +407,12 @@ TEST_CASE("a workqueue worker as a dataflow stage: an actor reads jobs without b
 }
 
 TEST_CASE("an actor on another node serves a remote workqueue without blocking (serveFrom)") {
-  TestNode owner, node;
-  WorkQueue<int32_t, int32_t> queue(4);
-  REQUIRE(!actorpipe::remote::exportWorkQueue(owner.node(), queue, "triple"));
-  auto handle = actorpipe::remote::openWorkQueue<int32_t, int32_t>(node.node(),
-                                                                   owner.node().url("shm"), "triple");
-  REQUIRE(handle);
+  ServedQueue setup(4);
+  auto& queue = setup.queue;
+  TestNode& node = setup.node;
   auto done = std::make_shared<std::promise<std::pair<caf::error, int>>>();
   auto pings = std::make_shared<std::atomic<int>>(0);
-  auto server = node.system().spawn([=, to = *handle](caf::stateful_actor<int>* self) -> caf::behavior {
+  auto server = node.system().spawn([=, to = setup.handle](caf::stateful_actor<int>* self) -> caf::behavior {
     actorpipe::remote::serveFrom<int32_t, int32_t>(
         self, to,
         [self](int32_t q) -> int32_t {
@@ -433,6 +444,38 @@ TEST_CASE("an actor on another node serves a remote workqueue without blocking (
   CHECK(!error);
   CHECK(served == 99);
   CHECK(*pings == 10);
+}
+
+TEST_CASE("an actor that serves again and again keeps nothing of the servings that ended") {
+  // Each serveFrom attaches its end to the actor; a serving that ends
+  // first detaches it (before, each stayed until the actor ended).
+  using actorpipe::remote::detail::ServingEnd;
+  ServedQueue setup(4);
+  setup.queue.close();  // each serving ends at once: drained
+  size_t before = ServingEnd::live().load();
+  constexpr int kServings = 200;
+  auto done = std::make_shared<std::promise<size_t>>();
+  auto server = setup.node.system().spawn([=, to = setup.handle](caf::event_based_actor* self) -> caf::behavior {
+    auto ended = std::make_shared<int>(0);
+    auto serve = std::make_shared<std::function<void()>>();
+    *serve = [=] {
+      actorpipe::remote::serveFrom<int32_t, int32_t>(
+          self, to, [](int32_t q) { return q; },
+          [=](caf::error error) {
+            CHECK(!error);
+            if (++*ended < kServings) return (*serve)();
+            done->set_value(ServingEnd::live().load());
+            *serve = nullptr;
+          });
+    };
+    (*serve)();
+    return {[](int32_t) {}};
+  });
+  auto result = done->get_future();
+  REQUIRE(result.wait_for(20s) == std::future_status::ready);
+  // Each serving's end was detached before its done ran.
+  CHECK(result.get() <= before);
+  caf::anon_send_exit(server, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("serveFrom: the owner's node gone ends the serving with the reason") {
