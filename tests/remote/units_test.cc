@@ -614,19 +614,27 @@ TEST_CASE("ParkedBook: shares per peer in requests and bytes; walks past departe
   CHECK(book.take(4, 1, walk));  // tokens give back what they held
 }
 
-TEST_CASE("ParkedBook: entries of peers with nothing parked go once 256 peers have one") {
+TEST_CASE("ParkedBook: entries of peers with nothing parked go once 256 peers, or twice the last kept, have one") {
   // A peer per link: links come and go, and each left an entry behind.
   ParkedBook book(2, 100);
   auto walk = [] {};
   for (uint64_t peer = 1; peer <= 1000; ++peer) CHECK(book.take(peer, 1, walk));  // let go at once
   CHECK(book.peersKept() <= 256);
-  // Those with something parked stay, whatever their number.
+  // Those with something parked stay, whatever their number; with 256 of
+  // them the next walk waits until 512 peers have an entry.
   std::vector<ParkedBook::Token> held;
   for (uint64_t peer = 2000; peer < 2300; ++peer) held.push_back(book.take(peer, 1, walk));
-  CHECK(book.peersKept() >= 300);
+  CHECK(book.peersKept() == 300);
   held.resize(1);
-  CHECK(book.take(5000, 1, walk));
-  CHECK(book.peersKept() == 2);  // 2000 and 5000, none of the rest
+  for (uint64_t peer = 5000; peer < 5212; ++peer) CHECK(book.take(peer, 1, walk));
+  CHECK(book.peersKept() == 512);
+  // The next walks: 2000 stays, and the bound is back at 256.
+  CHECK(book.take(6000, 1, walk));
+  CHECK(book.peersKept() == 2);  // 2000 and 6000, none of the rest
+  for (uint64_t peer = 7000; peer < 7254; ++peer) CHECK(book.take(peer, 1, walk));
+  CHECK(book.peersKept() == 256);
+  CHECK(book.take(8000, 1, walk));
+  CHECK(book.peersKept() == 2);  // back at 256: walked
   // The one still held kept its count: one more request fills its share.
   auto second = book.take(2000, 1, walk);
   CHECK(second);

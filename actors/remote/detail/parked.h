@@ -55,11 +55,14 @@ class ParkedBook {
   template <class Forget>
   Token take(uint64_t peer, size_t bytes, Forget&& forgetDeparted) {
     // Entries of peers with nothing parked go before the map outgrows the
-    // links to this node.
-    if (counts_.size() >= 256) {
+    // links to this node: once it holds 256, or twice what the last such
+    // walk kept (so many peers with something parked cost a walk per
+    // doubling, not one per request).
+    if (counts_.size() >= pruneAt_) {
       for (auto it = counts_.begin(); it != counts_.end();) {
         it = it->second->requests.load(std::memory_order_relaxed) == 0 ? counts_.erase(it) : std::next(it);
       }
+      pruneAt_ = std::max<size_t>(kPruneAt, 2 * counts_.size());
     }
     auto& counts = counts_[peer];
     if (!counts) counts = std::make_shared<Counts>();
@@ -85,7 +88,7 @@ class ParkedBook {
   // A requester went: what it parked may be let go.
   void departed() { departed_ = true; }
   size_t perNode() const { return perNode_; }
-  // Peers with an entry (those with nothing parked go once 256 have one).
+  // Peers with an entry (those with nothing parked go, see take()).
   size_t peersKept() const { return counts_.size(); }
 
  private:
@@ -100,9 +103,11 @@ class ParkedBook {
     return held == 0 || (bytes <= bytesPerNode_ && held <= bytesPerNode_ - bytes);
   }
 
+  static constexpr size_t kPruneAt = 256;
   size_t perNode_;
   size_t bytesPerNode_;
   std::map<uint64_t, std::shared_ptr<Counts>> counts_;
+  size_t pruneAt_ = kPruneAt;
   bool departed_ = false;
   std::chrono::steady_clock::time_point lastWalk_{};
 };
