@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <actorpipe/runtime/buffer.h>
+#include <actorpipe/runtime/detail/arrivals.h>
 #include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
 
@@ -87,6 +88,11 @@ class Endpoint {
   // Once the pipe is established: how to learn which process the peer is
   // (channels that need it: see Context::needsPeerProcess).
   virtual void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {}
+  // Once the pipe is established, on its loop: where to count the peer's
+  // bytes as they arrive (detail/arrivals.h). Channels whose copies of a
+  // large tensor take long count as they go; those on the pipe's connection
+  // (basic, cuda_basic) need not: it counts.
+  virtual void countArrivals(std::shared_ptr<actorpipe::detail::Arrivals> /*arrivals*/) {}
   // Channels whose bytes ride the pipe's connection through host memory
   // (cuda_basic: sendsInline() and an endpoint) lend their staging here.
   // close() on such an endpoint returns once no copy it started still reads

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <actorpipe/runtime/detail/arrivals.h>
 #include <actorpipe/runtime/detail/function.h>
 #include <actorpipe/runtime/detail/peer_process.h>
 #include <actorpipe/runtime/error.h>
@@ -119,6 +120,9 @@ class Connection {
   // The peer process as the kernel names it, once connected; empty where
   // the transport cannot know (tcp, ibv). Loop thread.
   virtual std::optional<actorpipe::detail::PeerProcess> peerProcess() const { return std::nullopt; }
+  // Once its pipe is established: where to count the reads that bring the
+  // peer's bytes (detail/arrivals.h). Any thread; counted on the loop.
+  virtual void countArrivals(std::shared_ptr<actorpipe::detail::Arrivals> /*arrivals*/) {}
 };
 
 class Listener {

@@ -15,6 +15,7 @@
 
 #include <caf/actor.hpp>
 
+#include <actorpipe/runtime/detail/arrivals.h>
 #include <actorpipe/runtime/detail/fifo.h>
 #include <actorpipe/runtime/detail/wire.h>
 #include <actorpipe/runtime/error.h>
@@ -66,6 +67,10 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
 
   const caf::actor& actor() const { return actor_; }
   const std::string& remoteName() const { return remoteName_; }
+  // Any thread: how often the peer's bytes have arrived, over the
+  // connection and the channels together, since the pipe was established
+  // (runtime/detail/arrivals.h). A count that moves is a peer alive.
+  uint64_t arrivals() const { return arrivals_->count(); }
   // Any thread.
   PipeInfo info() const {
     std::lock_guard<std::mutex> guard(infoMutex_);
@@ -285,6 +290,7 @@ class PipeCore : public std::enable_shared_from_this<PipeCore> {
   caf::actor actor_;
   std::shared_ptr<const TransportEntry> transport_;
   std::shared_ptr<transport::Connection> connection_;
+  const std::shared_ptr<Arrivals> arrivals_{std::make_shared<Arrivals>()};
   std::string url_;
   std::string remoteName_;
   static uint64_t newPipeId();

@@ -398,12 +398,14 @@ void PipeCore::establish() {
   connection_->onPeerGone([weak](const Error& e) {
     if (auto core = weak.lock()) core->onPeerGone(e);
   });
+  connection_->countArrivals(arrivals_);
   std::weak_ptr<transport::Connection> final = connection_;
   for (auto& endpoint : endpoints_) {
     endpoint.second->setPeerProcess([final]() -> std::optional<PeerProcess> {
       auto connection = final.lock();
       return connection ? connection->peerProcess() : std::nullopt;
     });
+    endpoint.second->countArrivals(arrivals_);
   }
   {
     std::lock_guard<std::mutex> guard(infoMutex_);

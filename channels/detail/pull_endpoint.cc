@@ -128,19 +128,39 @@ Error splitCopy(size_t length, const std::function<Error(size_t, size_t)>& copy)
   return first ? first : second;
 }
 
-Error readProcess(pid_t pid, void* local, uint64_t remote, size_t length) {
+// A large copy goes in pieces of this, each counted as an arrival: a
+// watcher of the pipe (the remote layer's heartbeat) sees the peer's bytes
+// keep coming through a copy of gigabytes that takes seconds.
+constexpr size_t kCountedPiece = size_t{16} << 20;
+
+void note(actorpipe::detail::Arrivals* arrivals) {
+  if (arrivals != nullptr) arrivals->note();
+}
+
+Error readProcess(pid_t pid, void* local, uint64_t remote, size_t length, actorpipe::detail::Arrivals* arrivals) {
   size_t done = 0;
   while (done < length) {
-    iovec l{static_cast<uint8_t*>(local) + done, length - done};
-    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), length - done};
+    const size_t want = std::min(length - done, kCountedPiece);
+    iovec l{static_cast<uint8_t*>(local) + done, want};
+    iovec r{reinterpret_cast<void*>(static_cast<uintptr_t>(remote + done)), want};
     ssize_t n = ::process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n <= 0) {
       return ACTORPIPE_ERROR(SystemError, "process_vm_readv from the peer (pid " + std::to_string(pid) + ")",
                              n < 0 ? errno : EIO);
     }
     done += static_cast<size_t>(n);
+    note(arrivals);
   }
   return Error();
+}
+
+void copyCounted(uint8_t* to, const uint8_t* from, size_t length, actorpipe::detail::Arrivals* arrivals) {
+  for (size_t done = 0; done < length;) {
+    const size_t n = std::min(length - done, kCountedPiece);
+    std::memcpy(to + done, from + done, n);
+    done += n;
+    note(arrivals);
+  }
 }
 
 // Whether the process behind `pidfd` has exited (its pid may then name
@@ -356,8 +376,9 @@ Error PullEndpoint::readLinked(const PullDescriptor& d, void* ptr, size_t length
     // Under the sender's mutex: it cannot fail this transfer (and its owner
     // free the memory) while we copy.
     auto* from = static_cast<const uint8_t*>(p.ptr);
+    auto* arrivals = arrivals_.get();
     splitCopy(length, [&](size_t offset, size_t n) {
-      std::memcpy(static_cast<uint8_t*>(ptr) + offset, from + offset, n);
+      copyCounted(static_cast<uint8_t*>(ptr) + offset, from + offset, n, arrivals);
       return Error();
     });
     p.read = true;
@@ -408,7 +429,7 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
   const uint64_t pieces = assistPieces(length);
   auto copy = [&](uint64_t first, uint64_t end) {  // pieces [first, end) by ourselves
     const uint64_t from = first * kAssistPiece, to_ = std::min<uint64_t>(end * kAssistPiece, length);
-    return from >= to_ ? Error() : readProcess(peerPid_, to + from, d.address + from, to_ - from);
+    return from >= to_ ? Error() : readProcess(peerPid_, to + from, d.address + from, to_ - from, arrivals_.get());
   };
   const uint32_t before = page.state.load(std::memory_order_acquire);
   if ((before != AssistPage::kIdle && before != AssistPage::kDone && before != AssistPage::kFailed) ||
@@ -475,9 +496,14 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
   const auto bound = kAssistWait;
   const auto deadline = std::chrono::steady_clock::now() + bound;
   uint32_t state;
+  uint32_t written = 0;
   while ((state = page.state.load(std::memory_order_acquire)) == AssistPage::kClaimed ||
          state == AssistPage::kOffered) {
     if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);
+    if (const uint32_t now = page.written.load(std::memory_order_relaxed); now != written) {
+      written = now;  // the sender's pieces arrive
+      note(arrivals_.get());
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       return ACTORPIPE_ERROR(TimeoutError, "cma: the peer's share of transfer " + std::to_string(d.seq),
                              static_cast<long long>(bound.count()));
@@ -492,9 +518,11 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
 Error PullEndpoint::readPeerProcess(const PullDescriptor& d, void* ptr, size_t length) {
   if (auto e = bindPeerProcess()) return e;
   AssistPage* page = length >= kAssistAbove && d.assist != 0 ? peerAssistPage(d.assist - 1) : nullptr;
+  auto* arrivals = arrivals_.get();  // the copy helper counts through it too
   Error e = page != nullptr ? readAssisted(*page, d, ptr, length)
                             : splitCopy(length, [&](size_t offset, size_t n) {
-                                return readProcess(peerPid_, static_cast<uint8_t*>(ptr) + offset, d.address + offset, n);
+                                return readProcess(peerPid_, static_cast<uint8_t*>(ptr) + offset, d.address + offset, n,
+                                                   arrivals);
                               });
   if (e) return e;
   if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);  // the peer process exited

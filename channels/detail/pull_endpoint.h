@@ -72,6 +72,7 @@ class PullEndpoint final : public Endpoint,
   void flush() override { poll(); }
   size_t inlineBelow() const override { return inlineBelow_; }
   void setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) override;
+  void countArrivals(std::shared_ptr<actorpipe::detail::Arrivals> arrivals) override { arrivals_ = std::move(arrivals); }
 
   bool poll() override;
   bool prepareToSleep() override;
@@ -120,6 +121,8 @@ class PullEndpoint final : public Endpoint,
 
   // Receiver's state, loop thread only.
   uint64_t expectedSeq_{1};  // the peer's transfers arrive in order, each once
+  // The pipe's count (set once established): a piece of a copy counts.
+  std::shared_ptr<actorpipe::detail::Arrivals> arrivals_;
   std::mutex peerMutex_;     // link() may run on another pipe's loop
   std::weak_ptr<PullEndpoint> peer_;
   bool linked_{false};

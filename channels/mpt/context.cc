@@ -80,15 +80,18 @@ class Lane {
   void attach(std::shared_ptr<transport::Connection> connection) {
     std::deque<std::function<void(transport::Connection&)>> waiting;
     Error failed;
+    std::shared_ptr<actorpipe::detail::Arrivals> arrivals;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       connection_ = std::move(connection);
       waiting.swap(waiting_);
       failed = error_;
+      arrivals = arrivals_;
     }
     if (failed) {
       connection_->close(failed);
     }
+    if (arrivals) connection_->countArrivals(std::move(arrivals));
     for (auto& op : waiting) op(*connection_);
   }
   void run(std::function<void(transport::Connection&)> op) {
@@ -106,6 +109,16 @@ class Lane {
     }
     op(*c);
   }
+  // The pipe's count, for this lane's connection whenever it comes.
+  void countArrivals(const std::shared_ptr<actorpipe::detail::Arrivals>& arrivals) {
+    std::shared_ptr<transport::Connection> c;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      arrivals_ = arrivals;
+      c = connection_;
+    }
+    if (c) c->countArrivals(arrivals);
+  }
   // Fails what waits; returns the connection to close, if any.
   std::shared_ptr<transport::Connection> close(const Error& reason,
                                                std::deque<std::function<void(transport::Connection&)>>& waiting) {
@@ -120,6 +133,7 @@ class Lane {
   std::shared_ptr<transport::Connection> connection_;
   std::deque<std::function<void(transport::Connection&)>> waiting_;
   Error error_;
+  std::shared_ptr<actorpipe::detail::Arrivals> arrivals_;
 };
 
 class MptEndpoint final : public Endpoint {
@@ -152,6 +166,10 @@ class MptEndpoint final : public Endpoint {
       for (auto& op : waiting) op(dead);
     }
     if (onClose_) onClose_();
+  }
+
+  void countArrivals(std::shared_ptr<actorpipe::detail::Arrivals> arrivals) override {
+    for (auto& lane : lanes_) lane.countArrivals(arrivals);
   }
 
   // Below one chunk a tensor would use one lane anyway: the pipe's own

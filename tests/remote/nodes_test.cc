@@ -1,8 +1,12 @@
 // Actors across nodes: two nodes in this process (each its own actor system
 // and Context), and nodes in forked processes for the failures (kill -9,
 // SIGSTOP, a clean leave, a stranger without the secret).
+#include <arpa/inet.h>
 #include <endian.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 
 #include <doctest/doctest.h>
@@ -16,6 +20,8 @@
 #include <condition_variable>
 #include <future>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "../support/harness.h"
@@ -1926,4 +1932,125 @@ TEST_CASE("a large message on a slow link is not taken for a frozen peer") {
           << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()
           << " ms with a " << options.heartbeatTimeout.count() << " ms heartbeat bound");
   CHECK(client.node().peers().size() == 1);
+}
+
+// A TCP relay in front of a node, for one connection: it passes bytes both
+// ways until `cutAfter` bytes have gone towards the node, then passes
+// nothing more either way while both its sockets stay open, as a network
+// cut in the middle of a transfer would (no FIN, no RST: silence).
+class CuttingRelay {
+ public:
+  CuttingRelay(int targetPort, size_t cutAfter) : targetPort_(targetPort), cutAfter_(cutAfter) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(listener_, 4) == 0);
+    socklen_t len = sizeof(a);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CuttingRelay() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : {listener_, client_, node_})
+      if (fd >= 0) ::close(fd);
+  }
+  std::string url() const { return "tcp://127.0.0.1:" + std::to_string(port_); }
+  // When the cut came (empty until then).
+  std::optional<std::chrono::steady_clock::time_point> cutAt() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return cutAt_;
+  }
+
+ private:
+  void run() {
+    pollfd listening{listener_, POLLIN, 0};
+    while (!stop_ && ::poll(&listening, 1, 20) <= 0) {
+    }
+    if (stop_) return;
+    client_ = ::accept(listener_, nullptr, nullptr);
+    node_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(targetPort_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (client_ < 0 || ::connect(node_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return;
+    std::vector<char> buffer(size_t{1} << 16);
+    size_t passed = 0;
+    while (!stop_ && passed < cutAfter_) {
+      pollfd fds[2] = {{client_, POLLIN, 0}, {node_, POLLIN, 0}};
+      if (::poll(fds, 2, 20) <= 0) continue;
+      if (fds[0].revents != 0) {
+        ssize_t n = ::read(client_, buffer.data(), std::min(buffer.size(), cutAfter_ - passed));
+        if (n <= 0 || !passOn(node_, buffer.data(), static_cast<size_t>(n))) return;
+        passed += static_cast<size_t>(n);
+      }
+      if (fds[1].revents != 0) {
+        ssize_t n = ::read(node_, buffer.data(), buffer.size());
+        if (n <= 0 || !passOn(client_, buffer.data(), static_cast<size_t>(n))) return;
+      }
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    cutAt_ = std::chrono::steady_clock::now();
+  }
+  static bool passOn(int fd, const char* data, size_t length) {
+    while (length > 0) {
+      ssize_t n = ::send(fd, data, length, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data += n;
+      length -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  const int targetPort_;
+  const size_t cutAfter_;
+  int listener_{-1}, client_{-1}, node_{-1};
+  int port_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::optional<std::chrono::steady_clock::time_point> cutAt_;
+  std::thread thread_;
+};
+
+TEST_CASE("a peer cut off in the middle of a large message is lost within the heartbeat bound") {
+  // The receiver allowed for a message's bytes by the size its sender
+  // announced (at 10 MB/s): a peer that announced 256 MiB and then fell
+  // silent was noticed after 27 s more than the bound (28 minutes for the
+  // 16 GiB a message may hold). Now the bytes count as they arrive.
+  NodeOptions options = TestNode::quick();
+  options.listen = {"tcp://127.0.0.1:0"};  // tcp and basic: every byte through the relay
+  options.backends.shm = false;
+  options.backends.cma = false;
+  options.backends.xth = false;
+  TestNode server(options);
+  auto sizer = server.system().spawn([]() -> caf::behavior {
+    return {[](const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }};
+  });
+  REQUIRE(!server.node().publish(sizer, "sizer"));
+  const std::string url = server.node().url("tcp");
+  TestNode client(options);
+  // The lookup and the handshakes take a few kB: the cut comes 4 MiB into
+  // the tensor's message.
+  auto relay = std::make_unique<CuttingRelay>(std::stoi(url.substr(url.rfind(':') + 1)), size_t{4} << 20);
+  auto remote = client.node().remoteActor(relay->url(), "sizer");
+  REQUIRE(remote);
+  REQUIRE(server.node().peers().size() == 1);
+  caf::anon_send(*remote, Tensor::zeros({256 << 20}, DType::kUint8));
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!relay->cutAt() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  auto cut = relay->cutAt();
+  REQUIRE(cut);
+  // Well within the 27 s the announced size allowed, in every build.
+  const auto bound = TestNode::kQuickTimeout + 2 * TestNode::kPromptly;
+  CHECK(peersGone(server.node(), bound + 30s));
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - *cut);
+  MESSAGE("the receiver let the silent peer go " << took.count() << " ms after the cut (bound "
+                                                 << TestNode::kQuickTimeout.count() << " ms)");
+  CHECK(took >= TestNode::kQuickTimeout / 2);  // the heartbeat's doing
+  CHECK(took < bound);
+  relay.reset();  // the sender's link ends with its sockets
 }

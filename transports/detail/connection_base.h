@@ -63,6 +63,11 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
   }
   std::string peerAddress() const final { return peer_; }
   void onPeerGone(std::function<void(const Error&)> fn) final { peerGoneFn_ = std::move(fn); }
+  void countArrivals(std::shared_ptr<Arrivals> arrivals) final {
+    auto self = this->shared_from_this();
+    if (loop_.inLoop()) return void(arrivals_ = std::move(arrivals));
+    inLoop(loop_, [self, arrivals] { self->arrivals_ = arrivals; }, [](const Error&) {});
+  }
 
  protected:
   struct ReadOp {
@@ -108,6 +113,11 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
     fn(why);
   }
 
+  // A read brought some of the peer's bytes (loop thread).
+  void noteArrival() {
+    if (arrivals_) arrivals_->note();
+  }
+
   // The queued reads, taken out before a close releases anything, and
   // failed with the connection's error after.
   Fifo<ReadOp> takeReads() { return std::exchange(reads_, Fifo<ReadOp>()); }
@@ -123,6 +133,7 @@ class ConnectionBase : public transport::Connection, public std::enable_shared_f
   Error error_;
   bool pumping_{false};  // Derived::pumpReads is running
   Fifo<ReadOp> reads_;
+  std::shared_ptr<Arrivals> arrivals_;  // the pipe's, once established
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }

@@ -32,6 +32,7 @@ class ConnectionHandle final : public transport::Connection {
   std::string peerAddress() const override { return impl_->peerAddress(); }
   void onPeerGone(std::function<void(const Error&)> fn) override { impl_->onPeerGone(std::move(fn)); }
   std::optional<PeerProcess> peerProcess() const override { return impl_->peerProcess(); }
+  void countArrivals(std::shared_ptr<Arrivals> arrivals) override { impl_->countArrivals(std::move(arrivals)); }
 
  private:
   const std::shared_ptr<transport::Connection> impl_;

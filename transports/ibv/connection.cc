@@ -174,6 +174,7 @@ bool IbvConnection::pollCompletions() {
       }
       if (wc[i].opcode == IBV_WC_RECV) {
         received_.emplace_back(wc[i].wr_id, wc[i].byte_len);
+        noteArrival();
       } else {
         freeSend_.push_back(wc[i].wr_id);
       }

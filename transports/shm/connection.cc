@@ -310,6 +310,7 @@ bool ShmConnection::serveReads() {
   }
   pumping_ = false;
   progress = std::exchange(pumpedNow_, false) || progress;
+  if (progress) noteArrival();
   if (!checkRings()) return progress;
   // Room we made (here or in readNow) may be what a producer waits for.
   if (progress && !error_) {

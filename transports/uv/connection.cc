@@ -202,6 +202,7 @@ void UvConnection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t*) {
   if (nread == 0) {
     return;
   }
+  self->noteArrival();
   if (self->directRead_) {
     self->reads_.front().done += static_cast<size_t>(nread);
   } else {

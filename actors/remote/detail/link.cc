@@ -18,6 +18,7 @@
 #include <caf/scheduler/abstract_coordinator.hpp>
 #include <caf/sec.hpp>
 
+#include <actorpipe/actors/detail/pipe_core.h>
 #include <actorpipe/actors/pipe_tensor.h>
 #include <actorpipe/actors/remote/detail/handoff.h>
 #include <actorpipe/actors/remote/detail/loop_unit.h>
@@ -204,6 +205,7 @@ Link::Link(const std::shared_ptr<NodeCore>& node, std::shared_ptr<Pipe> pipe, st
       pool_(node->pool()),
       unit_(LoopUnit::of(node->system())),
       lastRead_(ticks(Clock::now())),
+      lastArrival_(lastRead_.load()),
       lastWrite_(ticks(Clock::now())),
       handles_(new caf::proxy_registry(node->system(), *this)),
       decodeUnit_(&node->system()) {
@@ -689,12 +691,9 @@ void Link::readNext() {
                              std::to_string(descriptor.tensors.size()) + " tensors"));
       return;
     }
-    // From here until the read completes, the bound allows for the bytes
-    // (allocating a large message's memory is part of reading it).
-    size_t announced = 0;
+    size_t announced = 0;  // for the error below (each length is checked on its own)
     for (const auto& p : descriptor.payloads) announced += p.length;
     for (const auto& t : descriptor.tensors) announced += t.length;
-    self->readingBytes_ = announced;
     Allocation allocation;
     // The memory is the peer's to ask for, within the bounds checked below;
     // a host without it cuts the link (the peer would wait for ever).
@@ -788,7 +787,6 @@ void Link::readNext() {
     self->pipe_->read(std::move(allocation), [self, entries = std::move(ownEntries),
                                               incoming = std::move(ownIncoming)](const Error& error) {
       InPipeCallback inCallback;
-      self->readingBytes_ = 0;
       if (error) {
         self->failRead(error);
         return;
@@ -1668,15 +1666,22 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
       node->post([self = shared_from_this(), deadline] { self->expireIntroductions(deadline); });
     }
   }
-  auto sinceRead = since(lastRead_.load());
+  // Nothing else arrives while a large message's bytes do (they share the
+  // pipe): those bytes are the peer speaking. Counted as they arrive, not
+  // allowed for by the size the peer announced: a peer that announces
+  // gigabytes and sends none is as silent as one that sends nothing.
+  if (uint64_t arrived = pipe_->core()->arrivals(); arrived != arrivalsSeen_) {
+    arrivalsSeen_ = arrived;
+    lastArrival_ = ticks(now);
+  }
+  auto sinceRead = std::min(since(lastRead_.load()), since(lastArrival_));
   auto sinceWrite = since(lastWrite_.load());
-  // Nothing else arrives while a message's bytes do (they share the pipe),
-  // a loop busy writing a large one reads late, and a peer still reading
-  // one we finished writing speaks late: a large message on a slow link gets
-  // the time it needs at 10 MB/s (a 100 Mbit/s link), on top, until the
-  // peer next speaks.
+  // A loop busy writing a large message reads late, and a peer still
+  // reading one we finished writing speaks late: a large message on a slow
+  // link gets the time it needs at 10 MB/s (a 100 Mbit/s link), on top,
+  // until the peer next speaks.
   size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
-  auto allowed = timeout + std::chrono::milliseconds((readingBytes_.load() + sent) / 10000);
+  auto allowed = timeout + std::chrono::milliseconds(sent / 10000);
   if (sinceRead >= allowed) {
     loseOnLoop(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
                          " ms (frozen, or the network between is cut)"),
