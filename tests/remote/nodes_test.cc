@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <deque>
@@ -1376,6 +1378,77 @@ TEST_CASE("requests a node never answers are bounded; those of requesters that e
   CHECK(actorpipe::remote::isError(askSleeper(), RemoteError::kTooManyRequests));
   CHECK(*answered == 0);  // nobody was failed to make room
   for (auto& holder : holders) caf::anon_send_exit(holder, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("requests forgotten to make room let go of their proxies after the link's lock") {
+  // A forgotten entry may hold the last handle of the proxy its request
+  // went to; let go under the link's lock, the proxy's end asked for that
+  // lock (Link::forgetProxy) on the same thread: the sender hung (b7474f2).
+  TestNode server;
+  publishAll(server);
+  // 16 other actors: their proxies push the sleeper's out of the link's
+  // recent ones, which hold a few proxies (kRecentProxies).
+  for (int i = 0; i < 16; ++i) {
+    REQUIRE(!server.node().publish(server.system().spawn(summer), "other" + std::to_string(i)));
+  }
+  NodeOptions options = TestNode::quick();
+  options.maxPendingRequests = 2;
+  TestNode client(options);
+  const std::string url = server.node().url("tcp");
+  caf::weak_actor_ptr sleeperProxy;
+  {
+    auto sleeperActor = client.node().remoteActor(url, "sleeper");
+    REQUIRE(sleeperActor);
+    sleeperProxy = caf::actor_cast<caf::weak_actor_ptr>(*sleeperActor);
+    std::vector<caf::actor> holders;
+    for (int i = 0; i < 2; ++i) {
+      holders.push_back(client.system().spawn([s = *sleeperActor](caf::event_based_actor* a) {
+        a->request(s, caf::infinite, hold_atom::value).then([](int32_t) {}, [](caf::error&) {});
+      }));
+    }
+    auto pending = [&] {
+      auto links = client.node().stats();
+      return links.size() == 1 ? links[0].pendingRequests : 0;
+    };
+    for (int i = 0; i < 500 && pending() < 2; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(pending() == 2);
+    caf::scoped_actor self{client.system()};
+    std::vector<caf::weak_actor_ptr> ended;
+    for (auto& holder : holders) {  // they end; their requests wait on
+      ended.push_back(caf::actor_cast<caf::weak_actor_ptr>(holder));
+      self->monitor(holder);
+      self->send_exit(holder, caf::exit_reason::kill);
+      self->receive([](const caf::down_msg&) {});
+    }
+    holders.clear();
+    // CAF lets go of an actor a little after its DOWN.
+    auto released = [&] { return std::all_of(ended.begin(), ended.end(), [](auto& weak) { return !weak.lock(); }); };
+    for (int i = 0; i < 500 && !released(); ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(released());
+  }
+  std::vector<caf::actor> others;
+  for (int i = 0; i < 16; ++i) {
+    auto other = client.node().remoteActor(url, "other" + std::to_string(i));
+    REQUIRE(other);
+    others.push_back(*other);
+  }
+  // Only the two requests hold the sleeper's proxy now.
+  REQUIRE(sleeperProxy.lock());
+  // The book is full: this request forgets the two, and their proxy ends.
+  auto answer = std::async(std::launch::async, [&] {
+    caf::scoped_actor asker{client.system()};
+    return ask<std::string>(asker, others[0], caf::make_message(std::string("room")));
+  });
+  if (answer.wait_for(20s) != std::future_status::ready) {
+    // The asker is stuck on the link's mutex: nothing can end this process.
+    std::fprintf(stderr, "the request that made room never returned: a deadlock\n");
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  auto echoed = answer.get();
+  REQUIRE_MESSAGE(echoed, render(client.system(), echoed.error()));
+  CHECK(*echoed == "echo:room");
+  CHECK(!sleeperProxy.lock());
 }
 
 TEST_CASE("kill -9 a node with requests in flight: all fail at once, monitors fire") {
