@@ -193,6 +193,46 @@ struct ParkingNodes {
   caf::actor emptyOwner, fullOwner;
 };
 
+// An owner node that lets each peer park `bound` requests, with a channel
+// "numbers" (capacity 8) exported, and a client node that opened it.
+struct NumbersAtOwner {
+  static NodeOptions bounded(size_t bound) {
+    auto options = TestNode::quick();
+    options.maxParkedPerPeer = bound;
+    return options;
+  }
+  explicit NumbersAtOwner(size_t bound) : owner(bounded(bound)), numbers(8) {
+    REQUIRE(!actorpipe::remote::exportChannel(owner.node(), numbers, "numbers"));
+    auto opened = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
+    REQUIRE(opened);
+    remote.emplace(std::move(*opened));
+  }
+  // A blocking read of the remote channel on a thread of its own: the item, or -1.
+  std::future<int32_t> readOnThread() {
+    return std::async(std::launch::async, [this] {
+      auto read = remote->read();
+      return read.item ? *read.item : -1;
+    });
+  }
+  // The client's requests awaiting answers (reads parked at the owner).
+  size_t pending() {
+    size_t n = 0;
+    for (auto& link : client.node().stats()) n += link.pendingRequests;
+    return n;
+  }
+  // Waits (up to 10 s) until `n` are.
+  bool parked(size_t n) {
+    for (auto deadline = std::chrono::steady_clock::now() + 10s;
+         pending() < n && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(1ms);
+    return pending() >= n;
+  }
+
+  TestNode owner, client;
+  Channel<int32_t> numbers;
+  std::optional<RemoteChannel<int32_t>> remote;
+};
+
 }  // namespace
 
 TEST_CASE("a channel written and read from two other nodes: order, close, drain") {
@@ -532,36 +572,18 @@ TEST_CASE("a peer's actor back in a new proxy is watched again: its read, left w
 }
 
 TEST_CASE("blocking reads past maxParkedPerPeer wait their turn; importChannel's reader too") {
-  auto options = TestNode::quick();
-  options.maxParkedPerPeer = 2;
-  TestNode owner(options), client;
-  Channel<int32_t> numbers(8);
-  REQUIRE(!actorpipe::remote::exportChannel(owner.node(), numbers, "numbers"));
-  auto remote = RemoteChannel<int32_t>::open(client.node(), owner.node().url("shm"), "numbers");
-  REQUIRE(remote);
+  NumbersAtOwner nodes(2);
+  auto [client, numbers, remote] = std::tie(nodes.client, nodes.numbers, nodes.remote);
   // Two blocked readers hold the node's share; a third asks again until
   // there is room, as a local read would wait, and so does an imported
   // channel's reader.
   std::vector<std::future<int32_t>> reads;
-  for (int i = 0; i < 3; ++i) {
-    reads.push_back(std::async(std::launch::async, [&] {
-      auto read = remote->read();
-      return read.item ? *read.item : -1;
-    }));
-  }
+  for (int i = 0; i < 3; ++i) reads.push_back(nodes.readOnThread());
   auto local = actorpipe::remote::importChannel(client.node(), *remote, 1);
   // Two wait at the owner (answers awaited by the client's node); the
   // others were refused by now and ask again. (Had they not asked yet, the
   // outcome would be the same, and the retry untested.)
-  auto pending = [&] {
-    size_t n = 0;
-    for (auto& link : client.node().stats()) n += link.pendingRequests;
-    return n;
-  };
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       pending() < 2 && std::chrono::steady_clock::now() < deadline;)
-    std::this_thread::sleep_for(1ms);
-  CHECK(pending() >= 2);
+  CHECK(nodes.parked(2));
   std::this_thread::sleep_for(100ms);
   // Five: the imported channel's reader may take a second item before
   // a blocked thread gets its first.
@@ -581,6 +603,34 @@ TEST_CASE("blocking reads past maxParkedPerPeer wait their turn; importChannel's
   CHECK(!remote->error());
   numbers.close();
   CHECK(local.readFor(10s).status == Status::kDrained);
+}
+
+TEST_CASE("importChannel closed here while its reader waits to ask again: it ends and takes no item") {
+  NumbersAtOwner nodes(1);
+  auto [client, numbers, remote] = std::tie(nodes.client, nodes.numbers, nodes.remote);
+  // A blocked reader holds the node's share at the owner: the imported
+  // channel's reader is refused, and asks again every 20 ms.
+  auto blocked = nodes.readOnThread();
+  REQUIRE(nodes.parked(1));
+  auto ended = std::make_shared<std::promise<caf::error>>();
+  auto local = actorpipe::remote::importChannel(client.node(), *remote, 1,
+                                                [ended](caf::error error) { ended->set_value(std::move(error)); });
+  std::this_thread::sleep_for(100ms);  // refused, and asked again
+  local.close();
+  // At its next turn the reader sees the close and ends, rather than ask
+  // until an item comes and drop it into the closed channel.
+  auto end = ended->get_future();
+  const bool endedNow = end.wait_for(5s) == std::future_status::ready;
+  CHECK(endedNow);  // (not REQUIRE: the blocked reader must get its item below)
+  if (endedNow) CHECK(!end.get());
+  REQUIRE(numbers.write(1) == Status::kOpen);
+  REQUIRE(numbers.write(2) == Status::kOpen);
+  REQUIRE(blocked.wait_for(10s) == std::future_status::ready);
+  CHECK(blocked.get() == 1);
+  std::this_thread::sleep_for(100ms);
+  auto left = numbers.tryRead();
+  REQUIRE(left.item);
+  CHECK(*left.item == 2);
 }
 
 TEST_CASE("an actor reads a remote channel without blocking: it requests the owner") {
