@@ -133,8 +133,8 @@ Error splitCopy(size_t length, const std::function<Error(size_t, size_t)>& copy)
 // keep coming through a copy of gigabytes that takes seconds.
 constexpr size_t kCountedPiece = size_t{16} << 20;
 
-void note(actorpipe::detail::Arrivals* arrivals) {
-  if (arrivals != nullptr) arrivals->note();
+void note(actorpipe::detail::Arrivals* arrivals, uint64_t times = 1) {
+  if (arrivals != nullptr) arrivals->note(times);
 }
 
 Error readProcess(pid_t pid, void* local, uint64_t remote, size_t length, actorpipe::detail::Arrivals* arrivals) {
@@ -496,20 +496,25 @@ Error PullEndpoint::readAssisted(AssistPage& page, const PullDescriptor& d, void
   const auto bound = kAssistWait;
   const auto deadline = std::chrono::steady_clock::now() + bound;
   uint32_t state;
-  uint32_t written = 0;
+  // The sender's pieces count as they arrive; the page is the peer's to
+  // write, so no more than its share.
+  uint64_t counted = 0;
+  auto countWritten = [&] {
+    const uint64_t written = std::min<uint64_t>(page.written.load(std::memory_order_relaxed), share);
+    if (written > counted) note(arrivals_.get(), written - counted);
+    counted = std::max(counted, written);
+  };
   while ((state = page.state.load(std::memory_order_acquire)) == AssistPage::kClaimed ||
          state == AssistPage::kOffered) {
     if (exited(pidfd_)) return ACTORPIPE_ERROR(EOFError);
-    if (const uint32_t now = page.written.load(std::memory_order_relaxed); now != written) {
-      written = now;  // the sender's pieces arrive
-      note(arrivals_.get());
-    }
+    countWritten();
     if (std::chrono::steady_clock::now() > deadline) {
       return ACTORPIPE_ERROR(TimeoutError, "cma: the peer's share of transfer " + std::to_string(d.seq),
                              static_cast<long long>(bound.count()));
     }
     futexWait(page.state, state, std::chrono::milliseconds(1));
   }
+  countWritten();
   if (error) return error;
   if (state == AssistPage::kDone && page.written.load(std::memory_order_acquire) >= share) return Error();
   return copy(next, pieces);  // failed (or said so falsely): the share is ours

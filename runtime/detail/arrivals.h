@@ -16,7 +16,7 @@ namespace actorpipe::detail {
 
 class Arrivals {
  public:
-  void note() { count_.fetch_add(1, std::memory_order_relaxed); }
+  void note(uint64_t times = 1) { count_.fetch_add(times, std::memory_order_relaxed); }
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:

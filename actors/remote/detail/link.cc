@@ -693,7 +693,17 @@ void Link::readNext() {
     }
     size_t announced = 0;  // for the error below (each length is checked on its own)
     for (const auto& p : descriptor.payloads) announced += p.length;
-    for (const auto& t : descriptor.tensors) announced += t.length;
+    // Device tensors' channels count nothing as they move (a cuda_ipc read
+    // waits on the sender's event, behind the GPU's work): the bound allows
+    // for their bytes until the read completes, as it did for all.
+    size_t uncounted = 0;
+    for (const auto& t : descriptor.tensors) {
+      announced += t.length;
+      if (t.targetDevice ? !t.targetDevice->isCpu() : !t.sourceDevice.isCpu()) {
+        uncounted += std::min(t.length, self->options_.maxTensorBytes);
+      }
+    }
+    self->uncountedBytes_ = uncounted;
     Allocation allocation;
     // The memory is the peer's to ask for, within the bounds checked below;
     // a host without it cuts the link (the peer would wait for ever).
@@ -787,6 +797,7 @@ void Link::readNext() {
     self->pipe_->read(std::move(allocation), [self, entries = std::move(ownEntries),
                                               incoming = std::move(ownIncoming)](const Error& error) {
       InPipeCallback inCallback;
+      self->uncountedBytes_ = 0;
       if (error) {
         self->failRead(error);
         return;
@@ -1674,14 +1685,15 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
     arrivalsSeen_ = arrived;
     lastArrival_ = ticks(now);
   }
-  auto sinceRead = std::min(since(lastRead_.load()), since(lastArrival_));
+  auto sinceFrame = since(lastRead_.load());
+  auto sinceRead = std::min(sinceFrame, since(lastArrival_));
   auto sinceWrite = since(lastWrite_.load());
   // A loop busy writing a large message reads late, and a peer still
   // reading one we finished writing speaks late: a large message on a slow
   // link gets the time it needs at 10 MB/s (a 100 Mbit/s link), on top,
-  // until the peer next speaks.
+  // until the peer next speaks. So do device tensors being read.
   size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
-  auto allowed = timeout + std::chrono::milliseconds(sent / 10000);
+  auto allowed = timeout + std::chrono::milliseconds((uncountedBytes_.load() + sent) / 10000);
   if (sinceRead >= allowed) {
     loseOnLoop(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
                          " ms (frozen, or the network between is cut)"),
@@ -1697,7 +1709,9 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   if (started != 0) {
     auto waited = since(started);
     auto bound = timeout + std::chrono::milliseconds(writingBytes_.load() / 10000);
-    if (waited >= bound && sinceRead < waited - bound) {
+    // Frames only: a copy that blocks our loop counts arrivals meanwhile
+    // (cma, xth), and that loop cannot write either.
+    if (waited >= bound && sinceFrame < waited - bound) {
       loseOnLoop(lostError("it has not read what was written to it for " + std::to_string(waited.count()) +
                            " ms"),
                  now, timeout);
