@@ -220,6 +220,13 @@ struct NumbersAtOwner {
     for (auto& link : client.node().stats()) n += link.pendingRequests;
     return n;
   }
+  // Closes the channel when it goes: declared after a test's blocked
+  // reads, a REQUIRE that fails lets them return (each waits for ever).
+  struct CloseAtEnd {
+    Channel<int32_t>& channel;
+    ~CloseAtEnd() { channel.close(); }
+  };
+  CloseAtEnd closeAtEnd() { return CloseAtEnd{numbers}; }
   // Waits (up to 10 s) until `n` are.
   bool parked(size_t n) {
     for (auto deadline = std::chrono::steady_clock::now() + 10s;
@@ -579,6 +586,7 @@ TEST_CASE("blocking reads past maxParkedPerPeer wait their turn; importChannel's
   // channel's reader.
   std::vector<std::future<int32_t>> reads;
   for (int i = 0; i < 3; ++i) reads.push_back(nodes.readOnThread());
+  auto closing = nodes.closeAtEnd();
   auto local = actorpipe::remote::importChannel(client.node(), *remote, 1);
   // Two wait at the owner (answers awaited by the client's node); the
   // others were refused by now and ask again. (Had they not asked yet, the
@@ -611,6 +619,7 @@ TEST_CASE("importChannel closed here while its reader waits to ask again: it end
   // A blocked reader holds the node's share at the owner: the imported
   // channel's reader is refused, and asks again every 20 ms.
   auto blocked = nodes.readOnThread();
+  auto closing = nodes.closeAtEnd();
   REQUIRE(nodes.parked(1));
   auto ended = std::make_shared<std::promise<caf::error>>();
   auto local = actorpipe::remote::importChannel(client.node(), *remote, 1,

@@ -1968,56 +1968,15 @@ TEST_CASE("a peer that speaks but leaves a write unread is cut off after the hea
   context->join();
 }
 
-TEST_CASE("a large message on a slow link is not taken for a frozen peer") {
-  // tcp and the basic channel only (in one process xth would copy in one
-  // go), a 250 ms heartbeat bound, and a 256 MiB tensor that takes longer
-  // than that to cross (~600 ms here): nothing else can arrive on the pipe
-  // meanwhile, and the receiver hears the peer in its bytes as they come.
-  // (Not shorter: both nodes' loops share 2 CPUs with another test, and a
-  // stall of the bound between two reads is a silence.)
-  NodeOptions options = TestNode::quick();
-  options.listen = {"tcp://127.0.0.1:0"};
-  options.backends.shm = false;
-  options.backends.cma = false;
-  options.backends.xth = false;
-  options.heartbeatInterval = 50ms;
-  options.heartbeatTimeout = 250ms;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Instrumented, and beside other tests on 2 CPUs, a thread can stall for
-  // hundreds of ms (freeing 256 MiB alone takes 150 ms under TSan), and a
-  // 1 s bound was once passed under ASan in CI with the transfer at 6.4 s
-  // (2.3-4.2 s when run alone or beside two busy loops). The plain build is
-  // the one that proves the counting (the transfer takes ~2x the bound);
-  // instrumented, it usually still takes longer than this bound.
-  options.heartbeatInterval = 500ms;
-  options.heartbeatTimeout = 3000ms;
-#endif
-  TestNode server(options);
-  auto sizer = server.system().spawn([]() -> caf::behavior {
-    return {[](const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }};
-  });
-  REQUIRE(!server.node().publish(sizer, "sizer"));
-  TestNode client(options);
-  auto remote = client.node().remoteActor(server.node().url("tcp"), "sizer");
-  REQUIRE(remote);
-  caf::scoped_actor self{client.system()};
-  auto start = std::chrono::steady_clock::now();
-  auto size = ask<int64_t>(self, *remote, caf::make_message(Tensor::zeros({256 << 20}, DType::kUint8)), 60s);
-  REQUIRE_MESSAGE(size, render(client.system(), size.error()));
-  CHECK(*size == (256 << 20));
-  MESSAGE("256 MiB over tcp + basic in "
-          << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()
-          << " ms with a " << options.heartbeatTimeout.count() << " ms heartbeat bound");
-  CHECK(client.node().peers().size() == 1);
-}
-
 // A TCP relay in front of a node, for one connection: it passes bytes both
-// ways until `cutAfter` bytes have gone towards the node, then passes
+// ways, those towards the node at most `bytesPerSecond` (0: as fast as they
+// come), until `cutAfter` have gone towards the node; then it passes
 // nothing more either way while both its sockets stay open, as a network
 // cut in the middle of a transfer would (no FIN, no RST: silence).
-class CuttingRelay {
+class Relay {
  public:
-  CuttingRelay(int targetPort, size_t cutAfter) : targetPort_(targetPort), cutAfter_(cutAfter) {
+  Relay(int targetPort, size_t cutAfter, size_t bytesPerSecond = 0)
+      : targetPort_(targetPort), cutAfter_(cutAfter), bytesPerSecond_(bytesPerSecond) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -2029,7 +1988,7 @@ class CuttingRelay {
     port_ = ntohs(a.sin_port);
     thread_ = std::thread([this] { run(); });
   }
-  ~CuttingRelay() {
+  ~Relay() {
     stop_ = true;
     thread_.join();
     for (int fd : {listener_, client_, node_})
@@ -2057,9 +2016,14 @@ class CuttingRelay {
     if (client_ < 0 || ::connect(node_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return;
     std::vector<char> buffer(size_t{1} << 16);
     size_t passed = 0;
+    const auto start = std::chrono::steady_clock::now();
     while (!stop_ && passed < cutAfter_) {
-      pollfd fds[2] = {{client_, POLLIN, 0}, {node_, POLLIN, 0}};
-      if (::poll(fds, 2, 20) <= 0) continue;
+      // Paced: towards the node only once the rate allows the bytes so far.
+      const bool paced = bytesPerSecond_ != 0 &&
+                         std::chrono::steady_clock::now() - start <
+                             std::chrono::microseconds(passed * 1000000 / bytesPerSecond_);
+      pollfd fds[2] = {{client_, static_cast<short>(paced ? 0 : POLLIN), 0}, {node_, POLLIN, 0}};
+      if (::poll(fds, 2, paced ? 1 : 20) <= 0) continue;
       if (fds[0].revents != 0) {
         ssize_t n = ::read(client_, buffer.data(), std::min(buffer.size(), cutAfter_ - passed));
         if (n <= 0 || !passOn(node_, buffer.data(), static_cast<size_t>(n))) return;
@@ -2089,6 +2053,7 @@ class CuttingRelay {
 
   const int targetPort_;
   const size_t cutAfter_;
+  const size_t bytesPerSecond_;
   int listener_{-1}, client_{-1}, node_{-1};
   int port_{0};
   std::atomic<bool> stop_{false};
@@ -2097,26 +2062,41 @@ class CuttingRelay {
   std::thread thread_;
 };
 
+// Two nodes on tcp and the basic channel only, so that every byte rides
+// the pipe's connection (through a Relay, when one is put between), the
+// server publishing "sizer" (a Tensor's byte count).
+struct SizerNodes {
+  static NodeOptions tcpOnly() {
+    NodeOptions options = TestNode::quick();
+    options.listen = {"tcp://127.0.0.1:0"};
+    options.backends.shm = false;
+    options.backends.cma = false;
+    options.backends.xth = false;
+    return options;
+  }
+  SizerNodes() : server(tcpOnly()), client(tcpOnly()) {
+    auto sizer = server.system().spawn([]() -> caf::behavior {
+      return {[](const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }};
+    });
+    REQUIRE(!server.node().publish(sizer, "sizer"));
+  }
+  int serverPort() {
+    const std::string url = server.node().url("tcp");
+    return std::stoi(url.substr(url.rfind(':') + 1));
+  }
+  TestNode server, client;
+};
+
 TEST_CASE("a peer cut off in the middle of a large message is lost within the heartbeat bound") {
   // The receiver allowed for a message's bytes by the size its sender
   // announced (at 10 MB/s): a peer that announced 256 MiB and then fell
   // silent was noticed after 27 s more than the bound (28 minutes for the
   // 16 GiB a message may hold). Now the bytes count as they arrive.
-  NodeOptions options = TestNode::quick();
-  options.listen = {"tcp://127.0.0.1:0"};  // tcp and basic: every byte through the relay
-  options.backends.shm = false;
-  options.backends.cma = false;
-  options.backends.xth = false;
-  TestNode server(options);
-  auto sizer = server.system().spawn([]() -> caf::behavior {
-    return {[](const Tensor& t) { return static_cast<int64_t>(t.nbytes()); }};
-  });
-  REQUIRE(!server.node().publish(sizer, "sizer"));
-  const std::string url = server.node().url("tcp");
-  TestNode client(options);
+  SizerNodes nodes;
+  auto& [server, client] = nodes;
   // The lookup and the handshakes take a few kB: the cut comes 4 MiB into
   // the tensor's message.
-  auto relay = std::make_unique<CuttingRelay>(std::stoi(url.substr(url.rfind(':') + 1)), size_t{4} << 20);
+  auto relay = std::make_unique<Relay>(nodes.serverPort(), size_t{4} << 20);
   auto remote = client.node().remoteActor(relay->url(), "sizer");
   REQUIRE(remote);
   REQUIRE(server.node().peers().size() == 1);
@@ -2135,3 +2115,32 @@ TEST_CASE("a peer cut off in the middle of a large message is lost within the he
   CHECK(took < bound);
   relay.reset();  // the sender's link ends with its sockets
 }
+
+TEST_CASE("a large message on a slow link is not taken for a frozen peer") {
+  // tcp and the basic channel only (in one process xth would copy in one
+  // go), and a 64 MiB tensor through a relay that passes 32 MB/s (10 MB/s
+  // instrumented): its bytes take 3-7 times the heartbeat bound to cross,
+  // nothing else can arrive on the pipe meanwhile, and the receiver hears
+  // the peer in its bytes as they come.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const size_t rate = size_t{10} << 20;
+#else
+  const size_t rate = size_t{32} << 20;
+#endif
+  SizerNodes nodes;
+  auto& [server, client] = nodes;
+  Relay relay(nodes.serverPort(), std::numeric_limits<size_t>::max(), rate);
+  auto remote = client.node().remoteActor(relay.url(), "sizer");
+  REQUIRE(remote);
+  caf::scoped_actor self{client.system()};
+  auto start = std::chrono::steady_clock::now();
+  auto size = ask<int64_t>(self, *remote, caf::make_message(Tensor::zeros({64 << 20}, DType::kUint8)), 60s);
+  REQUIRE_MESSAGE(size, render(client.system(), size.error()));
+  CHECK(*size == (64 << 20));
+  MESSAGE("64 MiB over tcp + basic at " << (rate >> 20) << " MiB/s in "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()
+          << " ms with a " << TestNode::kQuickTimeout.count() << " ms heartbeat bound");
+  CHECK(client.node().peers().size() == 1);
+  CHECK(server.node().peers().size() == 1);
+}
+

@@ -693,17 +693,15 @@ void Link::readNext() {
     }
     size_t announced = 0;  // for the error below (each length is checked on its own)
     for (const auto& p : descriptor.payloads) announced += p.length;
-    // Device tensors' channels count nothing as they move (a cuda_ipc read
-    // waits on the sender's event, behind the GPU's work): the bound allows
-    // for their bytes until the read completes, as it did for all.
+    // Device tensors: a read may wait behind GPU work before any byte
+    // moves (a cuda_ipc read on the sender's event, cuda_basic's copy off
+    // the device), and nothing counts meanwhile. The pipe bounds each
+    // length (maxTensorBytes) and their number: no overflow.
     size_t uncounted = 0;
     for (const auto& t : descriptor.tensors) {
       announced += t.length;
-      if (t.targetDevice ? !t.targetDevice->isCpu() : !t.sourceDevice.isCpu()) {
-        uncounted += std::min(t.length, self->options_.maxTensorBytes);
-      }
+      if (t.targetDevice ? !t.targetDevice->isCpu() : !t.sourceDevice.isCpu()) uncounted += t.length;
     }
-    self->uncountedBytes_ = uncounted;
     Allocation allocation;
     // The memory is the peer's to ask for, within the bounds checked below;
     // a host without it cuts the link (the peer would wait for ever).
@@ -794,6 +792,7 @@ void Link::readNext() {
       });
       return;
     }
+    self->uncountedBytes_ = uncounted;  // checked and allocated: the wait begins
     self->pipe_->read(std::move(allocation), [self, entries = std::move(ownEntries),
                                               incoming = std::move(ownIncoming)](const Error& error) {
       InPipeCallback inCallback;
@@ -1691,9 +1690,12 @@ void Link::tick(Clock::time_point now, std::chrono::milliseconds interval,
   // A loop busy writing a large message reads late, and a peer still
   // reading one we finished writing speaks late: a large message on a slow
   // link gets the time it needs at 10 MB/s (a 100 Mbit/s link), on top,
-  // until the peer next speaks. So do device tensors being read.
+  // until the peer next speaks. Device tensors being read get as long, up
+  // to kDeviceWaits bounds: a peer that announces 16 GiB of them and falls
+  // silent is let go within that, not 28 minutes later.
   size_t sent = std::max(writingBytes_.load(), unheardBytes_.load());
-  auto allowed = timeout + std::chrono::milliseconds((uncountedBytes_.load() + sent) / 10000);
+  auto device = std::min(std::chrono::milliseconds(uncountedBytes_.load() / 10000), timeout * kDeviceWaits);
+  auto allowed = timeout + device + std::chrono::milliseconds(sent / 10000);
   if (sinceRead >= allowed) {
     loseOnLoop(lostError("nothing heard for " + std::to_string(sinceRead.count()) +
                          " ms (frozen, or the network between is cut)"),

@@ -294,6 +294,8 @@ class Link : public std::enable_shared_from_this<Link>, private caf::proxy_regis
   int64_t lastArrival_;
   std::atomic<int64_t> lastWrite_;
   std::atomic<size_t> uncountedBytes_{0};  // device tensors' of the pipe read in progress
+  // The most a device tensors' read adds to the heartbeat bound, in bounds.
+  static constexpr int kDeviceWaits = 8;
   std::atomic<size_t> writingBytes_{0};  // of the pipe write in flight
   // Of the last large write completed since the peer last spoke: the kernel
   // still holds its tail, and the peer reads it, then handles it, before it
