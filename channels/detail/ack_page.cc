@@ -54,17 +54,28 @@ Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, 
   if (watch < 0) {
     return ACTORPIPE_ERROR(SystemError, "pidfd_open of the peer (pid " + std::to_string(peer->pid) + ")", errno);
   }
+  // The peer's file itself, duplicated through its pidfd: nothing is
+  // opened, so an fd of a FUSE file, a fifo or a device cannot block us or
+  // act on open (an open of /proc/<pid>/fd/<n> would). Where that is not
+  // there (before Linux 5.6) or not allowed (it asks for ptrace's attach
+  // right, which Yama's ptrace_scope 1 refuses, and cuda_ipc works
+  // without), that path, opened so that a fifo cannot block it nor a
+  // terminal become ours; a FUSE file's open still asks its daemon.
   const std::string path = "/proc/" + std::to_string(peer->pid) + "/fd/" + std::to_string(fd);
-  int file = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // a magic link: followed by design
+  int file = static_cast<int>(::syscall(SYS_pidfd_getfd, watch, static_cast<int>(fd), 0));
+  if (file < 0 && (errno == ENOSYS || errno == EPERM)) {
+    file = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  }
   Error error;
   struct stat st {};
+  // Seals first: only memfd and hugetlbfs files answer, no filesystem's code runs.
   int seals = file >= 0 ? ::fcntl(file, F_GET_SEALS) : -1;
   if (file < 0) {
-    error = ACTORPIPE_ERROR(SystemError, "open " + path, errno);
+    error = ACTORPIPE_ERROR(SystemError, "the peer's fd " + std::to_string(fd) + " (" + path + ")", errno);
   } else if (exited(watch)) {
     error = ACTORPIPE_ERROR(EOFError);  // the peer exited: its pid may name another process now
-  } else if (::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != static_cast<off_t>(kAckPageSize) ||
-             seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+  } else if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||
+             st.st_size != static_cast<off_t>(kAckPageSize)) {
     error = ACTORPIPE_ERROR(ProtocolError,
                             who + ": the peer's fd " + std::to_string(fd) + " is not a sealed one-page file");
   } else {

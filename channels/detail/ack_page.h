@@ -2,8 +2,10 @@
 // A page shared with the peer process, both ends: cuda_ipc's acknowledgement
 // page and cma's assist page (cma_assist.h). The sender makes a sealed
 // one-page memfd and names it to the receiver by its fd number; the receiver
-// maps that fd of the peer process through /proc — a name the peer wrote,
-// so it is hostile: the page is opened only in the process the kernel names
+// duplicates that fd of the peer process through a pidfd (pidfd_getfd;
+// before Linux 5.6, opened through /proc, non-blocking) — a name the peer
+// wrote, so it is hostile: nothing is opened (a FUSE file or a device could
+// block an open, or act on it), the page is taken only in the process the kernel names
 // at the other end of the pipe (`peer`, from SO_PEERCRED), only if that
 // process runs as our user, only while a pidfd taken first says it lives,
 // and only if the fd is a regular file of exactly one page sealed against

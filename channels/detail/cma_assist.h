@@ -41,7 +41,11 @@
 //   transfer's number of pieces are written whatever the cursor says. The
 //   sender completes no transfer while it writes from it (a peer's early
 //   acknowledgement waits), so an open pipe never hands its user back
-//   memory under the write.
+//   memory under the write. An offer that breaks these rules is one no
+//   honest receiver makes: it is answered Failed and ends the sender's help
+//   on that endpoint (later transfers offer none), and the helper looks for
+//   a reason to stop after every offer: a receiver that offered in a loop
+//   kept it busy for as long as it liked, even after the close.
 // - A receiver trusts only the pieces its own compare-and-swaps gave it; a
 //   cursor moved under it (or moving without end) ends its taking, and the
 //   rest is the sender's share. Once the cursor met, an honest sender has at

@@ -218,8 +218,9 @@ void PullEndpoint::setPeerProcess(actorpipe::detail::PeerProcessLookup lookup) {
 
 std::string PullEndpoint::send(const void* ptr, size_t length, done_fn done) {
   // Before the lock: it may ask the connection who the peer is.
-  const uint64_t assist = offerAssist(length);
+  uint64_t assist = offerAssist(length);
   std::unique_lock<std::mutex> lock(mutex_);
+  if (assistRefused_) assist = 0;
   if (error_) {
     Error e = error_;
     lock.unlock();  // the callback may call us again
@@ -255,7 +256,7 @@ uint64_t PullEndpoint::offerAssist(size_t length) {
 }
 
 bool PullEndpoint::assistWanted() const {
-  if (error_) return false;
+  if (error_ || assistRefused_) return false;
   for (const auto& p : pending_) {
     if (p.length >= kAssistAbove && !p.assisted) return true;
   }
@@ -270,10 +271,18 @@ void PullEndpoint::serveAssists() {
     uint32_t state = page.state.load(std::memory_order_acquire);
     if (state == AssistPage::kOffered &&
         page.state.compare_exchange_strong(state, AssistPage::kClaimed, std::memory_order_acq_rel)) {
-      const bool ok = assist(page);
-      page.state.store(ok ? AssistPage::kDone : AssistPage::kFailed, std::memory_order_release);
+      const Assisted outcome = assist(page);
+      page.state.store(outcome == Assisted::kWrote ? AssistPage::kDone : AssistPage::kFailed,
+                       std::memory_order_release);
       futexWake(page.state);
-      continue;
+      state = page.state.load(std::memory_order_acquire);
+      if (outcome == Assisted::kRefused) {
+        std::lock_guard<std::mutex> guard(mutex_);
+        assistRefused_ = true;
+      }
+      // On to the check below, after every offer: a peer that offers again
+      // and again (the page is its to write) must not keep this thread
+      // going once nothing is wanted, or after the close.
     }
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -286,7 +295,7 @@ void PullEndpoint::serveAssists() {
   }
 }
 
-bool PullEndpoint::assist(AssistPage& page) {
+PullEndpoint::Assisted PullEndpoint::assist(AssistPage& page) {
   // Read once: the peer may change them under us.
   const uint64_t seq = page.seq.load(std::memory_order_relaxed);
   const uint64_t dst = page.dst.load(std::memory_order_relaxed);
@@ -294,16 +303,16 @@ bool PullEndpoint::assist(AssistPage& page) {
   const uint8_t* from = nullptr;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (error_) return false;
+    if (error_) return Assisted::kFailed;
     for (auto& p : pending_) {
       if (p.seq != seq) continue;
-      if (p.assisted || p.length != length || assistPieces(length) > 0xffffffffu) return false;
+      if (p.assisted || p.length != length || assistPieces(length) > 0xffffffffu) return Assisted::kRefused;
       p.assisting = p.assisted = true;
       from = static_cast<const uint8_t*>(p.ptr);
       break;
     }
   }
-  if (from == nullptr) return false;  // no such transfer pending
+  if (from == nullptr) return Assisted::kRefused;  // no such transfer pending
   const uint64_t pieces = assistPieces(length);
   bool ok = true;
   uint64_t wrote = 0;
@@ -333,7 +342,7 @@ bool PullEndpoint::assist(AssistPage& page) {
       if (p.seq == seq) p.assisting = false;
     }
   }
-  return ok;
+  return ok ? Assisted::kWrote : Assisted::kFailed;
 }
 
 void PullEndpoint::recv(const std::string& descriptor, void* ptr, size_t length, done_fn done) {

@@ -93,7 +93,11 @@ class PullEndpoint final : public Endpoint,
   // cma, sender: the assist page's fd + 1 for a transfer of `length`, or 0.
   uint64_t offerAssist(size_t length);
   void serveAssists();
-  bool assist(AssistPage& page);  // the helper's part of one offer
+  enum class Assisted { kWrote, kFailed, kRefused };
+  // The helper's part of one offer. kRefused: the offer is none an honest
+  // receiver makes (no such transfer pending, another length, a second
+  // offer of one).
+  Assisted assist(AssistPage& page);
   bool assistWanted() const;  // under mutex_
   // cma, receiver.
   AssistPage* peerAssistPage(uint64_t fd);
@@ -117,6 +121,9 @@ class PullEndpoint final : public Endpoint,
   int assistFd_{-1};
   AssistPage* assistPage_{nullptr};
   bool helperRunning_{false};
+  // The peer made an offer no honest receiver makes: no more help for it
+  // (it could keep the helper thread busy for as long as it offers).
+  bool assistRefused_{false};
   std::atomic<bool> closing_{false};    // the helper stops between pieces
 
   // Receiver's state, loop thread only.

@@ -196,10 +196,6 @@ TEST_CASE("cma assist: a receiver gets only the transfer it was sent, once, into
   const size_t length = 8 * kMiB;
   const uint64_t pieces = length / kAssistPiece;
   Attacker a(length, 5);
-  CHECK(a.offer(a.d.seq + 7, length, AssistPage::pack(0, pieces)) == AssistPage::kFailed);  // no such transfer
-  CHECK(a.offer(a.d.seq, length + kMiB, AssistPage::pack(0, pieces + 1)) == AssistPage::kFailed);  // the secret
-  CHECK(a.offer(a.d.seq, 0, 0) == AssistPage::kFailed);                                     // another length
-  CHECK(a.untouched(0, a.into.size()));
   // Its own transfer, back half: written, exactly there.
   CHECK(a.offer(a.d.seq, length, AssistPage::pack(pieces / 2, pieces)) == AssistPage::kDone);
   CHECK(a.page().written.load() == pieces / 2);
@@ -211,6 +207,31 @@ TEST_CASE("cma assist: a receiver gets only the transfer it was sent, once, into
   CHECK(a.offer(a.d.seq, length, AssistPage::pack(0, pieces)) == AssistPage::kFailed);  // once per transfer
   CHECK(a.untouched(0, length / 2));
   CHECK(a.acknowledge() == "done ok " + std::to_string(length / 2));
+}
+
+TEST_CASE("cma assist: an offer no honest receiver makes is refused and ends the help") {
+  // The page is the receiver's to write: one that offered again and again
+  // kept the sender's helper thread busy for as long as it liked (after the
+  // pipe's close too). The first bad offer is the last one answered.
+  const size_t length = 8 * kMiB;
+  const uint64_t pieces = length / kAssistPiece;
+  struct Bad {
+    const char* what;
+    int64_t seqDelta;
+    uint64_t length;
+    uint64_t cursor;
+  };
+  for (const Bad& bad : {Bad{"no such transfer", 7, length, AssistPage::pack(0, pieces)},
+                         Bad{"the secret after it too", 0, length + kMiB, AssistPage::pack(0, pieces + 1)},
+                         Bad{"another length", 0, 0, 0}}) {
+    CAPTURE(bad.what);
+    Attacker a(length, 5);
+    CHECK(a.offer(a.d.seq + bad.seqDelta, bad.length, bad.cursor) == AssistPage::kFailed);
+    // Its own transfer now: nobody takes the offer, nothing is written.
+    CHECK(a.offer(a.d.seq, length, AssistPage::pack(0, pieces), 300ms) == AssistPage::kOffered);
+    CHECK(a.untouched(0, a.into.size()));
+    CHECK(a.acknowledge() == "done ok 0");
+  }
 }
 
 TEST_CASE("cma assist: a cursor past the transfer's pieces gets nothing written") {
