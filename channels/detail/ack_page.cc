@@ -10,6 +10,10 @@
 #include <cerrno>
 #include <string>
 
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438  // Linux 5.6; glibc's headers before 2.32 lack the name
+#endif
+
 namespace actorpipe::channel::detail {
 namespace {
 
@@ -62,16 +66,20 @@ Error mapPeerAckPage(const std::optional<actorpipe::detail::PeerProcess>& peer, 
   // without), that path, opened so that a fifo cannot block it nor a
   // terminal become ours; a FUSE file's open still asks its daemon.
   const std::string path = "/proc/" + std::to_string(peer->pid) + "/fd/" + std::to_string(fd);
+  std::string how = "pidfd_getfd of the peer's fd " + std::to_string(fd);
   int file = static_cast<int>(::syscall(SYS_pidfd_getfd, watch, static_cast<int>(fd), 0));
-  if (file < 0 && (errno == ENOSYS || errno == EPERM)) {
+  int failure = file < 0 ? errno : 0;
+  if (file < 0 && (failure == ENOSYS || failure == EPERM)) {
+    how = "open " + path;
     file = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    failure = file < 0 ? errno : 0;
   }
   Error error;
   struct stat st {};
   // Seals first: only memfd and hugetlbfs files answer, no filesystem's code runs.
   int seals = file >= 0 ? ::fcntl(file, F_GET_SEALS) : -1;
   if (file < 0) {
-    error = ACTORPIPE_ERROR(SystemError, "the peer's fd " + std::to_string(fd) + " (" + path + ")", errno);
+    error = exited(watch) ? ACTORPIPE_ERROR(EOFError) : ACTORPIPE_ERROR(SystemError, how, failure);
   } else if (exited(watch)) {
     error = ACTORPIPE_ERROR(EOFError);  // the peer exited: its pid may name another process now
   } else if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(file, &st) != 0 || !S_ISREG(st.st_mode) ||

@@ -3,7 +3,8 @@
 // page and cma's assist page (cma_assist.h). The sender makes a sealed
 // one-page memfd and names it to the receiver by its fd number; the receiver
 // duplicates that fd of the peer process through a pidfd (pidfd_getfd;
-// before Linux 5.6, opened through /proc, non-blocking) — a name the peer
+// where it is missing or refused, as under Yama's ptrace_scope 1, opened
+// through /proc, non-blocking) — a name the peer
 // wrote, so it is hostile: nothing is opened (a FUSE file or a device could
 // block an open, or act on it), the page is taken only in the process the kernel names
 // at the other end of the pipe (`peer`, from SO_PEERCRED), only if that

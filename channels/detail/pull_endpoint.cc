@@ -269,20 +269,23 @@ void PullEndpoint::serveAssists() {
   AssistPage& page = *assistPage_;
   for (;;) {
     uint32_t state = page.state.load(std::memory_order_acquire);
-    if (state == AssistPage::kOffered &&
-        page.state.compare_exchange_strong(state, AssistPage::kClaimed, std::memory_order_acq_rel)) {
-      const Assisted outcome = assist(page);
+    if (state == AssistPage::kOffered) {
+      // Claimed under the lock that poll() takes to retire transfers: an
+      // honest receiver acknowledges only after it failed to take its offer
+      // back, so the transfer it offered is still pending when the claim
+      // succeeds, and stays (assisting) until the help ends.
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!page.state.compare_exchange_strong(state, AssistPage::kClaimed, std::memory_order_acq_rel)) continue;
+      const Assisted outcome = assist(page, lock);
+      if (outcome == Assisted::kRefused) assistRefused_ = true;
+      lock.unlock();
       page.state.store(outcome == Assisted::kWrote ? AssistPage::kDone : AssistPage::kFailed,
                        std::memory_order_release);
       futexWake(page.state);
-      state = page.state.load(std::memory_order_acquire);
-      if (outcome == Assisted::kRefused) {
-        std::lock_guard<std::mutex> guard(mutex_);
-        assistRefused_ = true;
-      }
       // On to the check below, after every offer: a peer that offers again
       // and again (the page is its to write) must not keep this thread
       // going once nothing is wanted, or after the close.
+      state = page.state.load(std::memory_order_acquire);
     }
     {
       std::lock_guard<std::mutex> guard(mutex_);
@@ -291,28 +294,27 @@ void PullEndpoint::serveAssists() {
         return;
       }
     }
+    if (state == AssistPage::kOffered) continue;  // the next offer came already: no wait (its wake is gone)
     futexWait(page.state, state, std::chrono::milliseconds(20));
   }
 }
 
-PullEndpoint::Assisted PullEndpoint::assist(AssistPage& page) {
+PullEndpoint::Assisted PullEndpoint::assist(AssistPage& page, std::unique_lock<std::mutex>& lock) {
   // Read once: the peer may change them under us.
   const uint64_t seq = page.seq.load(std::memory_order_relaxed);
   const uint64_t dst = page.dst.load(std::memory_order_relaxed);
   const uint64_t length = page.length.load(std::memory_order_relaxed);
   const uint8_t* from = nullptr;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (error_) return Assisted::kFailed;
-    for (auto& p : pending_) {
-      if (p.seq != seq) continue;
-      if (p.assisted || p.length != length || assistPieces(length) > 0xffffffffu) return Assisted::kRefused;
-      p.assisting = p.assisted = true;
-      from = static_cast<const uint8_t*>(p.ptr);
-      break;
-    }
+  if (error_) return Assisted::kFailed;
+  for (auto& p : pending_) {
+    if (p.seq != seq) continue;
+    if (p.assisted || p.length != length || assistPieces(length) > 0xffffffffu) return Assisted::kRefused;
+    p.assisting = p.assisted = true;
+    from = static_cast<const uint8_t*>(p.ptr);
+    break;
   }
   if (from == nullptr) return Assisted::kRefused;  // no such transfer pending
+  lock.unlock();  // the writes below may block (the receiver chooses where they go)
   const uint64_t pieces = assistPieces(length);
   bool ok = true;
   uint64_t wrote = 0;
@@ -336,11 +338,9 @@ PullEndpoint::Assisted PullEndpoint::assist(AssistPage& page) {
     }
     ++wrote;
   }
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    for (auto& p : pending_) {
-      if (p.seq == seq) p.assisting = false;
-    }
+  lock.lock();
+  for (auto& p : pending_) {
+    if (p.seq == seq) p.assisting = false;
   }
   return ok ? Assisted::kWrote : Assisted::kFailed;
 }

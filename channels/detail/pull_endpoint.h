@@ -94,10 +94,10 @@ class PullEndpoint final : public Endpoint,
   uint64_t offerAssist(size_t length);
   void serveAssists();
   enum class Assisted { kWrote, kFailed, kRefused };
-  // The helper's part of one offer. kRefused: the offer is none an honest
-  // receiver makes (no such transfer pending, another length, a second
-  // offer of one).
-  Assisted assist(AssistPage& page);
+  // The helper's part of one offer it claimed, `lock` (on mutex_) held on
+  // entry and on return. kRefused: the offer is none an honest receiver
+  // makes (no such transfer pending, another length, a second offer of one).
+  Assisted assist(AssistPage& page, std::unique_lock<std::mutex>& lock);
   bool assistWanted() const;  // under mutex_
   // cma, receiver.
   AssistPage* peerAssistPage(uint64_t fd);
