@@ -275,6 +275,10 @@ void PullEndpoint::serveAssists() {
       // back, so the transfer it offered is still pending when the claim
       // succeeds, and stays (assisting) until the help ends.
       std::unique_lock<std::mutex> lock(mutex_);
+      if (!assistWanted()) {  // closed, refused, or nothing left to help: no claim
+        helperRunning_ = false;
+        return;
+      }
       if (!page.state.compare_exchange_strong(state, AssistPage::kClaimed, std::memory_order_acq_rel)) continue;
       const Assisted outcome = assist(page, lock);
       if (outcome == Assisted::kRefused) assistRefused_ = true;
